@@ -1,0 +1,290 @@
+//! Kafka record batch v2 ("magic 2"): the unit that producers send, the log stores and
+//! consumers fetch.
+//!
+//! Layout (big-endian), per Kafka's `DefaultRecordBatch`:
+//!
+//! ```text
+//! 0  baseOffset           i64   -- patched by the broker, outside the CRC
+//! 8  batchLength          i32   -- bytes after this field
+//! 12 partitionLeaderEpoch i32   -- patched by the broker, outside the CRC
+//! 16 magic                i8    -- must be 2
+//! 17 crc                  u32   -- CRC-32C of bytes 21..end
+//! 21 attributes           i16   -- bits 0-2 compression, 3 timestamp type, 4 transactional, 5 control
+//! 23 lastOffsetDelta      i32
+//! 27 baseTimestamp        i64
+//! 35 maxTimestamp         i64
+//! 43 producerId           i64
+//! 51 producerEpoch        i16
+//! 53 baseSequence         i32
+//! 57 recordsCount         i32
+//! 61 records...
+//! ```
+//!
+//! Everything here is a pure function over bytes. Nothing trusts the input: every accessor
+//! goes through [`BatchHeader::parse`], which checks the length before reading a field.
+
+use thiserror::Error;
+
+/// Size of the fixed batch header, up to and including `recordsCount`.
+pub const BATCH_HEADER_LEN: usize = 61;
+/// Bytes before `batchLength`'s payload starts: baseOffset (8) + batchLength (4).
+pub const LOG_OVERHEAD: usize = 12;
+/// The only message format Strata stores and serves.
+pub const MAGIC_V2: i8 = 2;
+/// Offset of the first byte covered by the CRC.
+const CRC_START: usize = 21;
+
+const BASE_OFFSET_POS: usize = 0;
+const BATCH_LENGTH_POS: usize = 8;
+const LEADER_EPOCH_POS: usize = 12;
+const MAGIC_POS: usize = 16;
+const CRC_POS: usize = 17;
+const ATTRIBUTES_POS: usize = 21;
+const LAST_OFFSET_DELTA_POS: usize = 23;
+const BASE_TIMESTAMP_POS: usize = 27;
+const MAX_TIMESTAMP_POS: usize = 35;
+const PRODUCER_ID_POS: usize = 43;
+const PRODUCER_EPOCH_POS: usize = 51;
+const BASE_SEQUENCE_POS: usize = 53;
+const RECORDS_COUNT_POS: usize = 57;
+
+/// Attribute bits.
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
+pub const ATTR_TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
+pub const ATTR_TRANSACTIONAL: i16 = 0x10;
+pub const ATTR_CONTROL: i16 = 0x20;
+
+/// Why a batch was rejected.
+#[derive(Debug, Error, PartialEq, Eq, Clone)]
+pub enum BatchError {
+    #[error("batch truncated: need {need} bytes, have {have}")]
+    Truncated { need: usize, have: usize },
+    #[error("batch length {len} is invalid (minimum {min})")]
+    BadLength { len: i64, min: usize },
+    #[error("unsupported magic {0}")]
+    BadMagic(i8),
+    #[error("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    BadCrc { stored: u32, computed: u32 },
+    #[error("invalid record count {0}")]
+    BadRecordCount(i32),
+    #[error("last offset delta {delta} does not match record count {count}")]
+    BadOffsetDelta { delta: i32, count: i32 },
+    #[error("unknown compression codec {0}")]
+    BadCompression(i16),
+}
+
+fn read_i16(buf: &[u8], pos: usize) -> i16 {
+    // Callers only pass positions below BATCH_HEADER_LEN after `parse` checked the length.
+    let mut b = [0u8; 2];
+    b.copy_from_slice(&buf[pos..pos + 2]);
+    i16::from_be_bytes(b)
+}
+fn read_i32(buf: &[u8], pos: usize) -> i32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[pos..pos + 4]);
+    i32::from_be_bytes(b)
+}
+fn read_i64(buf: &[u8], pos: usize) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[pos..pos + 8]);
+    i64::from_be_bytes(b)
+}
+
+/// The decoded fixed header of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// `batchLength` as stored: the whole batch occupies `LOG_OVERHEAD + batch_length` bytes.
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Reads the header fields. Checks only that the header bytes are present and that
+    /// `batchLength` is at least a header's worth; see [`validate`] for the full check.
+    #[allow(clippy::indexing_slicing)] // length checked on the first line
+    pub fn parse(buf: &[u8]) -> Result<Self, BatchError> {
+        if buf.len() < BATCH_HEADER_LEN {
+            return Err(BatchError::Truncated { need: BATCH_HEADER_LEN, have: buf.len() });
+        }
+        let batch_length = read_i32(buf, BATCH_LENGTH_POS);
+        if (batch_length as i64) < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i64 {
+            return Err(BatchError::BadLength {
+                len: batch_length as i64,
+                min: BATCH_HEADER_LEN - LOG_OVERHEAD,
+            });
+        }
+        Ok(Self {
+            base_offset: read_i64(buf, BASE_OFFSET_POS),
+            batch_length,
+            partition_leader_epoch: read_i32(buf, LEADER_EPOCH_POS),
+            magic: buf[MAGIC_POS] as i8,
+            crc: read_i32(buf, CRC_POS) as u32,
+            attributes: read_i16(buf, ATTRIBUTES_POS),
+            last_offset_delta: read_i32(buf, LAST_OFFSET_DELTA_POS),
+            base_timestamp: read_i64(buf, BASE_TIMESTAMP_POS),
+            max_timestamp: read_i64(buf, MAX_TIMESTAMP_POS),
+            producer_id: read_i64(buf, PRODUCER_ID_POS),
+            producer_epoch: read_i16(buf, PRODUCER_EPOCH_POS),
+            base_sequence: read_i32(buf, BASE_SEQUENCE_POS),
+            records_count: read_i32(buf, RECORDS_COUNT_POS),
+        })
+    }
+
+    /// Total bytes the batch occupies on the wire and on disk.
+    pub fn total_len(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length.max(0) as usize
+    }
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    /// Compression codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+    pub fn compression(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_TIMESTAMP_TYPE_LOG_APPEND != 0
+    }
+    /// Sequence of the last record, wrapping at `i32::MAX` as Kafka does.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return -1;
+        }
+        let last = self.base_sequence as i64 + self.last_offset_delta as i64;
+        if last > i32::MAX as i64 {
+            (last - i32::MAX as i64 - 1) as i32
+        } else {
+            last as i32
+        }
+    }
+}
+
+/// CRC-32C over the CRC-covered part of a whole batch (`buf` is exactly one batch).
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    batch.get(CRC_START..).map(crc32c::crc32c).unwrap_or(0)
+}
+
+/// Fully validates one batch that occupies `buf` exactly: header, magic, length, CRC-32C,
+/// record count and compression codec. Does not decompress or decode records.
+pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(buf)?;
+    if header.total_len() != buf.len() {
+        return Err(if header.total_len() > buf.len() {
+            BatchError::Truncated { need: header.total_len(), have: buf.len() }
+        } else {
+            BatchError::BadLength { len: header.batch_length as i64, min: BATCH_HEADER_LEN }
+        });
+    }
+    if header.magic != MAGIC_V2 {
+        return Err(BatchError::BadMagic(header.magic));
+    }
+    let computed = compute_crc(buf);
+    if computed != header.crc {
+        return Err(BatchError::BadCrc { stored: header.crc, computed });
+    }
+    if header.records_count < 0 {
+        return Err(BatchError::BadRecordCount(header.records_count));
+    }
+    if header.last_offset_delta < 0
+        || (header.records_count > 0 && header.last_offset_delta != header.records_count - 1)
+    {
+        return Err(BatchError::BadOffsetDelta {
+            delta: header.last_offset_delta,
+            count: header.records_count,
+        });
+    }
+    if header.compression() > 4 {
+        return Err(BatchError::BadCompression(header.compression()));
+    }
+    Ok(header)
+}
+
+/// Writes `base_offset` into the batch header. Outside the CRC, so the client's checksum
+/// stays valid. `batch` must hold at least a header (checked by `validate` earlier).
+pub fn patch_base_offset(batch: &mut [u8], base_offset: i64) {
+    if let Some(slot) = batch.get_mut(BASE_OFFSET_POS..BASE_OFFSET_POS + 8) {
+        slot.copy_from_slice(&base_offset.to_be_bytes());
+    }
+}
+
+/// Writes `partitionLeaderEpoch` into the batch header (outside the CRC).
+pub fn patch_leader_epoch(batch: &mut [u8], epoch: i32) {
+    if let Some(slot) = batch.get_mut(LEADER_EPOCH_POS..LEADER_EPOCH_POS + 4) {
+        slot.copy_from_slice(&epoch.to_be_bytes());
+    }
+}
+
+/// Sets the LogAppendTime timestamp type and `maxTimestamp`. These are inside the CRC, so
+/// the CRC is recomputed, exactly as Kafka's broker does for `LogAppendTime` topics.
+pub fn patch_log_append_time(batch: &mut [u8], now_ms: i64) {
+    if batch.len() < BATCH_HEADER_LEN {
+        return;
+    }
+    let attributes = read_i16(batch, ATTRIBUTES_POS) | ATTR_TIMESTAMP_TYPE_LOG_APPEND;
+    batch[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Splits a buffer holding zero or more whole batches (a Produce partition's `records`, or
+/// a region of a segment) into batches. Stops with an error at the first malformed one; the
+/// caller decides whether that means "reject the request" or "truncate the log here".
+pub struct BatchIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> BatchIter<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+    /// Byte position of the next batch within the buffer.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+impl<'a> Iterator for BatchIter<'a> {
+    /// (position of the batch in the buffer, its validated header)
+    type Item = Result<(usize, BatchHeader), BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.buf.get(self.pos..)?;
+        if rest.is_empty() {
+            return None;
+        }
+        let header = match BatchHeader::parse(rest) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(e)),
+        };
+        let len = header.total_len();
+        let Some(one) = rest.get(..len) else {
+            return Some(Err(BatchError::Truncated { need: len, have: rest.len() }));
+        };
+        match validate(one) {
+            Ok(h) => {
+                let at = self.pos;
+                self.pos += len;
+                Some(Ok((at, h)))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
