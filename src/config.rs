@@ -1,1 +1,544 @@
-//! Typed configuration.
+//! Typed broker configuration: built-in defaults < `config/strata.toml`-style file <
+//! `STRATA_*` environment variables < command-line flags.
+//!
+//! Every setting is documented, with its default, in `config/strata.toml`. Keys are flat and
+//! snake_case; topic-level defaults use Kafka's broker names with `.` replaced by `_`
+//! (`log_segment_bytes` is Kafka's `log.segment.bytes`). Environment variables are the key in
+//! upper case with a `STRATA_` prefix (`STRATA_LOG_RETENTION_MS=60000`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::storage::{FlushPolicy, LogConfig, TimestampType};
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("environment variable {name}={value} is not valid: {message}")]
+    Env {
+        name: String,
+        value: String,
+        message: String,
+    },
+    #[error("invalid setting {key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+/// The broker's settings. Field names are the keys of the config file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address every shard listens on (SO_REUSEPORT).
+    pub listen: String,
+    /// Address given to clients in Metadata; empty means the listen address.
+    pub advertised_listener: String,
+    /// Where partitions and metadata live.
+    pub data_dir: PathBuf,
+    /// Number of shards (one executor pinned per core); 0 means every available core.
+    pub shards: usize,
+    /// This broker's node id.
+    pub node_id: i32,
+    /// Cluster id reported in Metadata and DescribeCluster; generated and persisted if empty.
+    pub cluster_id: String,
+    /// Kafka's auto.create.topics.enable.
+    pub auto_create_topics_enable: bool,
+    /// Kafka's num.partitions: partitions of an auto-created topic.
+    pub num_partitions: i32,
+    /// Kafka's default.replication.factor (a single node only supports 1).
+    pub default_replication_factor: i16,
+    /// Largest request frame accepted (Kafka's socket.request.max.bytes).
+    pub socket_request_max_bytes: usize,
+    /// Requests in flight per connection before the broker stops reading from it.
+    pub connection_requests_in_flight_max: usize,
+    /// Kafka's log.segment.bytes.
+    pub log_segment_bytes: u64,
+    /// Kafka's log.roll.ms.
+    pub log_roll_ms: i64,
+    /// Kafka's log.retention.ms (-1: forever).
+    pub log_retention_ms: i64,
+    /// Kafka's log.retention.bytes (-1: unbounded).
+    pub log_retention_bytes: i64,
+    /// How often retention runs.
+    pub log_retention_check_interval_ms: u64,
+    /// Kafka's log.index.interval.bytes.
+    pub log_index_interval_bytes: u32,
+    /// Kafka's log.index.size.max.bytes.
+    pub log_index_size_max_bytes: u32,
+    /// Kafka's message.max.bytes (a batch's largest size).
+    pub message_max_bytes: u32,
+    /// Kafka's log.message.timestamp.type: CreateTime or LogAppendTime.
+    pub log_message_timestamp_type: String,
+    /// Durability before acks=all is answered: "sync" (group-committed fdatasync),
+    /// "interval" (every `log_flush_interval_ms`), or "none".
+    pub log_flush_policy: String,
+    /// Period of the "interval" flush policy.
+    pub log_flush_interval_ms: u64,
+    /// Extent pre-allocated for each new segment.
+    pub log_preallocate_bytes: u64,
+    /// Recent batches each partition keeps in memory for fetches at the tail.
+    pub log_tail_cache_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: String::new(),
+            data_dir: PathBuf::from("./data"),
+            shards: 0,
+            node_id: 0,
+            cluster_id: String::new(),
+            auto_create_topics_enable: true,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            socket_request_max_bytes: 104_857_600,
+            connection_requests_in_flight_max: 64,
+            log_segment_bytes: 1_073_741_824,
+            log_roll_ms: 604_800_000,
+            log_retention_ms: 604_800_000,
+            log_retention_bytes: -1,
+            log_retention_check_interval_ms: 300_000,
+            log_index_interval_bytes: 4096,
+            log_index_size_max_bytes: 10_485_760,
+            message_max_bytes: 1_048_588,
+            log_message_timestamp_type: "CreateTime".into(),
+            log_flush_policy: "sync".into(),
+            log_flush_interval_ms: 1000,
+            log_preallocate_bytes: 64 * 1024 * 1024,
+            log_tail_cache_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// Values given on the command line; `None` means "not given".
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub advertised_listener: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub shards: Option<usize>,
+    pub node_id: Option<i32>,
+}
+
+impl Config {
+    /// Builds the effective configuration in precedence order.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+        flags: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let mut table =
+            toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid {
+                key: "<defaults>".into(),
+                message: e.to_string(),
+            })?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let from_file: toml::Table =
+                text.parse()
+                    .map_err(|e: toml::de::Error| ConfigError::Parse {
+                        path: path.to_path_buf(),
+                        message: e.to_string(),
+                    })?;
+            for (key, value) in from_file {
+                if !table.contains_key(&key) {
+                    return Err(ConfigError::Parse {
+                        path: path.to_path_buf(),
+                        message: format!("unknown setting `{key}`"),
+                    });
+                }
+                table.insert(key, value);
+            }
+        }
+        for (name, raw) in env {
+            let Some(key) = name.strip_prefix("STRATA_") else {
+                continue;
+            };
+            let key = key.to_ascii_lowercase();
+            // Variables the command line itself uses (STRATA_BOOTSTRAP, ...) are not settings.
+            let Some(current) = table.get(&key) else {
+                continue;
+            };
+            let value = parse_like(current, &raw).map_err(|message| ConfigError::Env {
+                name: name.clone(),
+                value: raw.clone(),
+                message,
+            })?;
+            table.insert(key, value);
+        }
+        let mut config: Config =
+            table
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                    key: "<config>".into(),
+                    message: e.to_string(),
+                })?;
+        if let Some(v) = &flags.listen {
+            config.listen = v.clone();
+        }
+        if let Some(v) = &flags.advertised_listener {
+            config.advertised_listener = v.clone();
+        }
+        if let Some(v) = &flags.data_dir {
+            config.data_dir = v.clone();
+        }
+        if let Some(v) = flags.shards {
+            config.shards = v;
+        }
+        if let Some(v) = flags.node_id {
+            config.node_id = v;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.into(),
+            message,
+        };
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("listen", format!("{:?}: {e}", self.listen)))?;
+        if !self.advertised_listener.is_empty() {
+            parse_host_port(&self.advertised_listener)
+                .ok_or_else(|| invalid("advertised_listener", "expected HOST:PORT".into()))?;
+        }
+        if self.num_partitions < 1 {
+            return Err(invalid("num_partitions", "must be at least 1".into()));
+        }
+        if self.socket_request_max_bytes < 1024 {
+            return Err(invalid(
+                "socket_request_max_bytes",
+                "must be at least 1024".into(),
+            ));
+        }
+        if self.connection_requests_in_flight_max == 0 {
+            return Err(invalid(
+                "connection_requests_in_flight_max",
+                "must be at least 1".into(),
+            ));
+        }
+        self.topic_defaults().map_err(|(k, m)| invalid(&k, m))?;
+        Ok(())
+    }
+
+    /// The advertised (host, port) pair.
+    pub fn advertised(&self) -> (String, i32) {
+        let text = if self.advertised_listener.is_empty() {
+            &self.listen
+        } else {
+            &self.advertised_listener
+        };
+        parse_host_port(text).unwrap_or_else(|| ("127.0.0.1".into(), 9092))
+    }
+
+    /// Broker-wide defaults for topic configs, in Kafka's topic-level names.
+    pub fn topic_defaults_map(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert("segment.bytes".into(), self.log_segment_bytes.to_string());
+        m.insert("segment.ms".into(), self.log_roll_ms.to_string());
+        m.insert("retention.ms".into(), self.log_retention_ms.to_string());
+        m.insert(
+            "retention.bytes".into(),
+            self.log_retention_bytes.to_string(),
+        );
+        m.insert(
+            "index.interval.bytes".into(),
+            self.log_index_interval_bytes.to_string(),
+        );
+        m.insert(
+            "segment.index.bytes".into(),
+            self.log_index_size_max_bytes.to_string(),
+        );
+        m.insert(
+            "max.message.bytes".into(),
+            self.message_max_bytes.to_string(),
+        );
+        m.insert(
+            "message.timestamp.type".into(),
+            self.log_message_timestamp_type.clone(),
+        );
+        m.insert("flush.policy".into(), self.log_flush_policy.clone());
+        m.insert("flush.ms".into(), self.log_flush_interval_ms.to_string());
+        m.insert("cleanup.policy".into(), "delete".into());
+        m.insert("min.insync.replicas".into(), "1".into());
+        m.insert("compression.type".into(), "producer".into());
+        m
+    }
+
+    /// Topic config defaults as a typed `LogConfig`.
+    pub fn topic_defaults(&self) -> Result<LogConfig, (String, String)> {
+        log_config_from(&self.topic_defaults_map(), self)
+    }
+}
+
+/// Topic-level config keys Strata understands (DescribeConfigs lists them; AlterConfigs
+/// accepts only these).
+pub const TOPIC_CONFIG_KEYS: &[&str] = &[
+    "cleanup.policy",
+    "compression.type",
+    "flush.ms",
+    "flush.policy",
+    "index.interval.bytes",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.index.bytes",
+    "segment.ms",
+];
+
+/// Builds a `LogConfig` from Kafka-named topic settings. Missing keys take the broker's
+/// defaults. Errors name the offending key.
+pub fn log_config_from(
+    settings: &BTreeMap<String, String>,
+    broker: &Config,
+) -> Result<LogConfig, (String, String)> {
+    fn num<T: std::str::FromStr>(
+        settings: &BTreeMap<String, String>,
+        key: &str,
+        default: T,
+    ) -> Result<T, (String, String)> {
+        match settings.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<T>()
+                .map_err(|_| (key.to_string(), format!("`{v}` is not a valid number"))),
+        }
+    }
+    let mut c = LogConfig::default();
+    c.segment_bytes = num(settings, "segment.bytes", broker.log_segment_bytes)?;
+    if c.segment_bytes < 14 {
+        return Err(("segment.bytes".into(), "must be at least 14".into()));
+    }
+    c.segment_ms = num(settings, "segment.ms", broker.log_roll_ms)?;
+    if c.segment_ms < 1 {
+        return Err(("segment.ms".into(), "must be at least 1".into()));
+    }
+    c.retention_ms = num(settings, "retention.ms", broker.log_retention_ms)?;
+    c.retention_bytes = num(settings, "retention.bytes", broker.log_retention_bytes)?;
+    c.index_interval_bytes = num(
+        settings,
+        "index.interval.bytes",
+        broker.log_index_interval_bytes,
+    )?;
+    c.segment_index_bytes = num(
+        settings,
+        "segment.index.bytes",
+        broker.log_index_size_max_bytes,
+    )?;
+    if c.segment_index_bytes < 8 {
+        return Err(("segment.index.bytes".into(), "must be at least 8".into()));
+    }
+    c.max_message_bytes = num(settings, "max.message.bytes", broker.message_max_bytes)?;
+    c.message_timestamp_type = match settings
+        .get("message.timestamp.type")
+        .map(String::as_str)
+        .unwrap_or(broker.log_message_timestamp_type.as_str())
+    {
+        "CreateTime" => TimestampType::CreateTime,
+        "LogAppendTime" => TimestampType::LogAppendTime,
+        other => {
+            return Err((
+                "message.timestamp.type".into(),
+                format!("`{other}` is not CreateTime or LogAppendTime"),
+            ))
+        }
+    };
+    let interval: u64 = num(settings, "flush.ms", broker.log_flush_interval_ms)?;
+    c.flush_policy = match settings
+        .get("flush.policy")
+        .map(String::as_str)
+        .unwrap_or(broker.log_flush_policy.as_str())
+    {
+        "sync" => FlushPolicy::Sync,
+        "interval" => FlushPolicy::IntervalMs(interval.max(1)),
+        "none" => FlushPolicy::Never,
+        other => {
+            return Err((
+                "flush.policy".into(),
+                format!("`{other}` is not sync, interval or none"),
+            ))
+        }
+    };
+    if let Some(policy) = settings.get("cleanup.policy") {
+        if policy != "delete" {
+            return Err((
+                "cleanup.policy".into(),
+                format!("`{policy}` is not supported (only delete)"),
+            ));
+        }
+    }
+    if let Some(ct) = settings.get("compression.type") {
+        if !matches!(
+            ct.as_str(),
+            "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd"
+        ) {
+            return Err((
+                "compression.type".into(),
+                format!("`{ct}` is not a known codec"),
+            ));
+        }
+    }
+    let _: i32 = num(settings, "min.insync.replicas", 1)?;
+    c.preallocate_bytes = broker.log_preallocate_bytes.min(c.segment_bytes);
+    c.tail_cache_bytes = broker.log_tail_cache_bytes;
+    Ok(c)
+}
+
+/// Parses "host:port" (host may be a name or an IPv4/IPv6 literal in brackets).
+pub fn parse_host_port(text: &str) -> Option<(String, i32)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port as i32))
+}
+
+/// Parses an environment string into the same TOML type as the current value.
+fn parse_like(current: &toml::Value, raw: &str) -> Result<toml::Value, String> {
+    Ok(match current {
+        toml::Value::Integer(_) => toml::Value::Integer(
+            raw.trim()
+                .parse()
+                .map_err(|_| "expected an integer".to_string())?,
+        ),
+        toml::Value::Boolean(_) => toml::Value::Boolean(
+            raw.trim()
+                .parse()
+                .map_err(|_| "expected true or false".to_string())?,
+        ),
+        _ => toml::Value::String(raw.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Precedence is default < file < env < flag, checked on one key at each level.
+    #[test]
+    fn precedence() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "num_partitions = 3\nlog_retention_ms = 5\nlisten = \"127.0.0.1:1\"\n",
+        )
+        .expect("write");
+        let env = vec![
+            ("STRATA_LOG_RETENTION_MS".to_string(), "7".to_string()),
+            ("STRATA_LISTEN".to_string(), "127.0.0.1:2".to_string()),
+            ("STRATA_BOOTSTRAP".to_string(), "ignored".to_string()),
+        ];
+        let flags = Overrides {
+            listen: Some("127.0.0.1:3".into()),
+            ..Default::default()
+        };
+        let c = Config::load(Some(&path), env.into_iter(), &flags).expect("load");
+        assert_eq!(c.num_partitions, 3);
+        assert_eq!(c.log_retention_ms, 7);
+        assert_eq!(c.listen, "127.0.0.1:3");
+        assert_eq!(c.log_segment_bytes, Config::default().log_segment_bytes);
+    }
+
+    /// Unknown keys in the file and malformed values are rejected with the key named.
+    #[test]
+    fn rejects_bad_input() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "no_such_key = 1\n").expect("write");
+        let err = Config::load(Some(&path), std::iter::empty(), &Overrides::default());
+        assert!(matches!(err, Err(ConfigError::Parse { .. })));
+        let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "x".to_string())];
+        let err = Config::load(None, env.into_iter(), &Overrides::default());
+        assert!(matches!(err, Err(ConfigError::Env { .. })));
+    }
+
+    /// The documented config file parses and matches the built-in defaults.
+    #[test]
+    fn documented_file_matches_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/strata.toml");
+        let c = Config::load(Some(&path), std::iter::empty(), &Overrides::default()).expect("load");
+        let d = Config::default();
+        assert_eq!(toml::to_string(&c).ok(), toml::to_string(&d).ok());
+    }
+}
+
+/// Broker-level settings that are defaults for topic-level ones, as (broker name, topic
+/// name) in Kafka's naming. These may be changed at runtime with IncrementalAlterConfigs on
+/// the broker resource.
+pub const BROKER_TOPIC_DEFAULTS: &[(&str, &str)] = &[
+    ("compression.type", "compression.type"),
+    ("log.cleanup.policy", "cleanup.policy"),
+    ("log.flush.interval.ms", "flush.ms"),
+    ("log.flush.policy", "flush.policy"),
+    ("log.index.interval.bytes", "index.interval.bytes"),
+    ("log.index.size.max.bytes", "segment.index.bytes"),
+    ("log.message.timestamp.type", "message.timestamp.type"),
+    ("log.retention.bytes", "retention.bytes"),
+    ("log.retention.ms", "retention.ms"),
+    ("log.roll.ms", "segment.ms"),
+    ("log.segment.bytes", "segment.bytes"),
+    ("message.max.bytes", "max.message.bytes"),
+    ("min.insync.replicas", "min.insync.replicas"),
+];
+
+/// The topic-level name of a dynamic broker default.
+pub fn broker_key_to_topic_key(broker_key: &str) -> Option<&'static str> {
+    BROKER_TOPIC_DEFAULTS
+        .iter()
+        .find(|(b, _)| *b == broker_key)
+        .map(|(_, t)| *t)
+}
+
+impl Config {
+    /// Read-only broker settings shown by DescribeConfigs, in Kafka's names.
+    pub fn static_broker_settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "advertised.listeners",
+                format!(
+                    "PLAINTEXT://{}:{}",
+                    self.advertised().0,
+                    self.advertised().1
+                ),
+            ),
+            (
+                "auto.create.topics.enable",
+                self.auto_create_topics_enable.to_string(),
+            ),
+            ("broker.id", self.node_id.to_string()),
+            (
+                "default.replication.factor",
+                self.default_replication_factor.to_string(),
+            ),
+            ("listeners", format!("PLAINTEXT://{}", self.listen)),
+            ("log.dirs", self.data_dir.display().to_string()),
+            ("num.partitions", self.num_partitions.to_string()),
+            (
+                "socket.request.max.bytes",
+                self.socket_request_max_bytes.to_string(),
+            ),
+        ]
+    }
+}

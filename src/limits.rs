@@ -1,1 +1,40 @@
-//! Named bounds.
+//! Every bound in the broker, with what it protects. Settings that an operator may change
+//! live in `config`; these are the fixed ones.
+
+/// Messages buffered per direction between two shards. Back-pressure: a shard that cannot
+/// keep up stalls its peers' senders instead of growing a queue without limit.
+pub const MESH_CHANNEL_CAPACITY: usize = 1024;
+
+/// Longest topic name Kafka accepts (249 characters, so that `<topic>-<partition>` fits a
+/// file name).
+pub const TOPIC_NAME_LEN_MAX: usize = 249;
+
+/// Partitions one topic may have; bounds the per-topic vectors and the placement loop.
+pub const TOPIC_PARTITIONS_MAX: i32 = 100_000;
+
+/// Longest long poll a Fetch may ask for; a larger max.wait.ms is clamped.
+pub const FETCH_WAIT_MS_MAX: i32 = 30_000;
+
+/// Bytes one Fetch response may carry when the client asks for more (Kafka's
+/// fetch.max.bytes default is 50 MiB plus slack).
+pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Longest a Produce with acks=all waits for durability before answering REQUEST_TIMED_OUT.
+pub const PRODUCE_TIMEOUT_MS_MAX: i32 = 300_000;
+
+/// Largest allocation the request decoder may make in one piece before it is served from
+/// lazily-committed address space (see `alloc`): an array count read off the wire must not
+/// be able to abort the process by asking for terabytes.
+pub const DECODE_ALLOCATION_LAZY_MIN: usize = 256 * 1024 * 1024;
+
+/// Graceful shutdown waits this long for in-flight requests before closing anyway.
+pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
+
+/// Producer ids handed out per persisted block; a crash skips at most this many ids.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// Connections one shard serves at once; past this it stops accepting until one closes.
+pub const SHARD_CONNECTIONS_MAX: usize = 10_000;
+
+const _: () = assert!(FETCH_RESPONSE_BYTES_MAX >= 1024 * 1024);
+const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);

@@ -1,1 +1,87 @@
-fn main() {}
+//! The `strata` command line: parse, load configuration, start. No logic lives here.
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use strata::config::{Config, Overrides};
+
+#[derive(Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "Strata: a Kafka-compatible streaming log broker, thread-per-core on io_uring"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker. Settings: built-in defaults < --config file < STRATA_* environment < flags.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address every shard listens on [default: 127.0.0.1:9092]
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Address clients are told to connect to [default: the listen address]
+    #[arg(long, value_name = "HOST:PORT")]
+    advertised_listener: Option<String>,
+    /// Directory for partitions and metadata [default: ./data]
+    #[arg(long, value_name = "PATH")]
+    data_dir: Option<PathBuf>,
+    /// Shards (executors pinned to cores) [default: available cores]
+    #[arg(long, value_name = "N")]
+    shards: Option<usize>,
+    /// This broker's node id [default: 0]
+    #[arg(long, value_name = "ID")]
+    node_id: Option<i32>,
+    /// Config file (TOML; see config/strata.toml for every setting)
+    #[arg(long, value_name = "FILE", env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let overrides = Overrides {
+        listen: args.listen,
+        advertised_listener: args.advertised_listener,
+        data_dir: args.data_dir,
+        shards: args.shards,
+        node_id: args.node_id,
+    };
+    let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
+    let listen = config.listen.clone();
+    let data_dir = config.data_dir.clone();
+    // Block the signals before any executor thread exists, so they are delivered here only.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("installing signal handlers")?;
+    let broker = strata::shard::runtime::start(config).context("starting the broker")?;
+    tracing::info!(%listen, data_dir = %data_dir.display(), "strata is serving");
+    if let Some(signal) = signals.forever().next() {
+        tracing::info!(signal, "stopping");
+    }
+    broker.stop();
+    broker.join();
+    tracing::info!("stopped cleanly");
+    Ok(())
+}

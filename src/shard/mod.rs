@@ -1,1 +1,197 @@
-//! shard (under construction)
+//! Shards: one glommio executor per core, each owning a disjoint set of partitions, their
+//! connections and their memory.
+//!
+//! A shard's state (`ShardCtx`) is `Rc`-shared between that shard's tasks only. What all
+//! shards share is immutable (`Shared::config`) or read lock-free (`CatalogStore` snapshots).
+//! Work for a partition that another shard owns crosses the channel mesh (`mesh`). The
+//! invariant the asserts protect: a shard only ever opens and serves partitions the catalog
+//! places on it.
+pub mod mesh;
+pub mod notify;
+pub mod ops;
+pub mod runtime;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::cluster::catalog::CatalogStore;
+use crate::config::{log_config_from, Config};
+use crate::storage::{LogConfig, Partition};
+
+/// State every shard shares (read-only or lock-free).
+pub struct Shared {
+    pub config: Config,
+    pub nr_shards: usize,
+    pub catalog: CatalogStore,
+}
+
+impl Shared {
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.config.data_dir.join(format!("{topic}-{partition}"))
+    }
+
+    /// The effective log config of a topic: its overrides over the broker defaults.
+    pub fn topic_log_config(
+        &self,
+        overrides: &std::collections::BTreeMap<String, String>,
+    ) -> LogConfig {
+        let settings = self.topic_settings(overrides);
+        // Overrides were validated when they were set; if a later broker default makes the
+        // combination invalid, fall back to the defaults rather than refuse to serve.
+        log_config_from(&settings, &self.config)
+            .or_else(|_| self.config.topic_defaults())
+            .unwrap_or_default()
+    }
+}
+
+impl Shared {
+    /// A topic's effective settings in Kafka's topic-level names, with where each comes
+    /// from: topic override > dynamic broker default > config file.
+    pub fn topic_settings(
+        &self,
+        overrides: &std::collections::BTreeMap<String, String>,
+    ) -> std::collections::BTreeMap<String, String> {
+        let mut settings = std::collections::BTreeMap::new();
+        for (broker_key, value) in &self.catalog.load().broker_configs {
+            if let Some(topic_key) = crate::config::broker_key_to_topic_key(broker_key) {
+                settings.insert(topic_key.to_string(), value.clone());
+            }
+        }
+        for (k, v) in overrides {
+            settings.insert(k.clone(), v.clone());
+        }
+        settings
+    }
+}
+
+/// One shard's state.
+pub struct ShardCtx {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    /// topic -> partition index -> open partition. Only partitions placed on this shard.
+    partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    /// Serialises opening partitions so two requests never open the same one twice.
+    open_lock: futures::lock::Mutex<()>,
+    pub mesh: mesh::Mesh,
+    pub shutting_down: Cell<bool>,
+    pub shutdown_notify: notify::Notify,
+    pub connections: Cell<usize>,
+    pub connections_changed: notify::Notify,
+}
+
+impl ShardCtx {
+    pub fn new(id: usize, shared: Arc<Shared>, mesh: mesh::Mesh) -> Self {
+        Self {
+            id,
+            shared,
+            partitions: RefCell::new(HashMap::new()),
+            open_lock: futures::lock::Mutex::new(()),
+            mesh,
+            shutting_down: Cell::new(false),
+            shutdown_notify: notify::Notify::default(),
+            connections: Cell::new(0),
+            connections_changed: notify::Notify::default(),
+        }
+    }
+
+    /// The open partition, if this shard has it open.
+    pub fn local_partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(topic)
+            .and_then(|m| m.get(&partition))
+            .cloned()
+    }
+
+    /// The partition, opening it first if the catalog places it here but it is not open yet
+    /// (a request racing topic creation). `None` if the catalog does not place it here.
+    pub async fn partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<Rc<Partition>>, crate::storage::Error> {
+        if let Some(p) = self.local_partition(topic, partition) {
+            return Ok(Some(p));
+        }
+        let catalog = self.shared.catalog.load();
+        let Some(meta) = catalog.topic(topic) else {
+            return Ok(None);
+        };
+        let Some(pm) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| meta.partitions.get(i))
+        else {
+            return Ok(None);
+        };
+        if pm.shard as usize != self.id {
+            return Ok(None);
+        }
+        let config = self.shared.topic_log_config(&meta.configs);
+        self.open_partition(topic, partition, config)
+            .await
+            .map(Some)
+    }
+
+    /// Opens (recovering) a partition placed on this shard, once.
+    pub async fn open_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        config: LogConfig,
+    ) -> Result<Rc<Partition>, crate::storage::Error> {
+        let _guard = self.open_lock.lock().await;
+        if let Some(p) = self.local_partition(topic, partition) {
+            return Ok(p);
+        }
+        let dir = self.shared.partition_dir(topic, partition);
+        let p = Partition::open(dir, config).await?;
+        self.partitions
+            .borrow_mut()
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, p.clone());
+        Ok(p)
+    }
+
+    /// Forgets a partition (it has been deleted); returns it so the caller can delete it.
+    pub fn remove_partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        let mut map = self.partitions.borrow_mut();
+        let removed = map.get_mut(topic).and_then(|m| m.remove(&partition));
+        if map.get(topic).is_some_and(|m| m.is_empty()) {
+            map.remove(topic);
+        }
+        removed
+    }
+
+    /// Every open partition of this shard.
+    pub fn all_partitions(&self) -> Vec<(String, i32, Rc<Partition>)> {
+        let map = self.partitions.borrow();
+        let mut out = Vec::new();
+        for (t, parts) in map.iter() {
+            for (i, p) in parts.iter() {
+                out.push((t.clone(), *i, p.clone()));
+            }
+        }
+        out
+    }
+
+    /// Partitions of one topic open on this shard.
+    pub fn topic_partitions(&self, topic: &str) -> Vec<(i32, Rc<Partition>)> {
+        self.partitions
+            .borrow()
+            .get(topic)
+            .map(|m| m.iter().map(|(i, p)| (*i, p.clone())).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Milliseconds since the Unix epoch, the timestamp unit of Kafka.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

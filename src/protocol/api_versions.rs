@@ -1,0 +1,51 @@
+//! The APIs and versions Strata implements. ApiVersions advertises exactly this table, and
+//! the dispatcher refuses anything outside it, so the two can never disagree.
+use kafka_protocol::messages::ApiKey;
+
+/// (api, min version, max version) that the broker handles.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 17),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The supported version range of `api`, if Strata implements it.
+pub fn range(api: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == api)
+        .map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// Whether `version` of `api` is implemented.
+pub fn is_supported(api: ApiKey, version: i16) -> bool {
+    range(api).is_some_and(|(lo, hi)| (lo..=hi).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every advertised range lies inside what the codec crate can encode and decode.
+    #[test]
+    fn advertised_ranges_are_codable() {
+        for (api, lo, hi) in SUPPORTED {
+            let codec = api.valid_versions();
+            assert!(
+                codec.min <= *lo && *hi <= codec.max,
+                "{api:?} {lo}..{hi} vs {codec}"
+            );
+            assert!(lo <= hi);
+        }
+    }
+}

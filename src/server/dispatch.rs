@@ -1,0 +1,167 @@
+//! Request dispatch: header → version check → the API's handler → encoded response.
+//!
+//! Every handler returns its response body; `Produce` and `Fetch` return a future of it,
+//! because their completion (durability, long polls) must not hold up the requests behind
+//! them on the connection. A request Strata cannot parse or does not implement closes the
+//! connection, as Kafka's broker does — except ApiVersions, which always answers so that a
+//! client can learn what is supported.
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use kafka_protocol::messages::*;
+use tracing::debug;
+
+use super::handlers;
+use crate::protocol::api_versions;
+use crate::protocol::frame::{decode_body, encode_response, parse_request, FrameError, RawRequest};
+use crate::shard::ShardCtx;
+
+/// A response that may still be in the making. `None` means "send nothing" (acks=0).
+pub type PendingResponse = LocalBoxFuture<'static, Option<Vec<Bytes>>>;
+
+fn ready(bytes: Option<Vec<Bytes>>) -> PendingResponse {
+    futures::future::ready(bytes).boxed_local()
+}
+
+/// Encodes `body` as the response to `raw`, as an immediately ready `PendingResponse`.
+fn respond<T: kafka_protocol::protocol::Encodable>(
+    raw: &RawRequest,
+    body: &T,
+) -> Result<PendingResponse, FrameError> {
+    let frame = encode_response(
+        raw.api,
+        raw.header.request_api_version,
+        raw.header.correlation_id,
+        body,
+    )?;
+    Ok(ready(Some(vec![frame.freeze()])))
+}
+
+pub async fn dispatch(ctx: &Rc<ShardCtx>, frame: Bytes) -> Result<PendingResponse, FrameError> {
+    let raw = parse_request(frame)?;
+    let version = raw.header.request_api_version;
+    debug!(api = ?raw.api, version, correlation_id = raw.header.correlation_id, "request");
+    if raw.api == ApiKey::ApiVersions {
+        return api_versions_request(&raw);
+    }
+    if !api_versions::is_supported(raw.api, version) {
+        return Err(FrameError::BadHeader(format!(
+            "{:?} v{version} is not supported (supported: {:?})",
+            raw.api,
+            api_versions::range(raw.api)
+        )));
+    }
+    match raw.api {
+        ApiKey::Metadata => {
+            let req: MetadataRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::metadata::handle(ctx, version, req).await)
+        }
+        ApiKey::Produce => {
+            let req: ProduceRequest = decode_body(&raw)?;
+            let (api, corr) = (raw.api, raw.header.correlation_id);
+            let pending = handlers::produce::handle(ctx, version, req).await;
+            Ok(async move {
+                let body = pending.await?;
+                encode_response(api, version, corr, &body)
+                    .ok()
+                    .map(|b| vec![b.freeze()])
+            }
+            .boxed_local())
+        }
+        ApiKey::Fetch => {
+            let req: FetchRequest = decode_body(&raw)?;
+            let corr = raw.header.correlation_id;
+            Ok(handlers::fetch::handle(ctx.clone(), version, corr, req))
+        }
+        ApiKey::ListOffsets => {
+            let req: ListOffsetsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::list_offsets::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::CreateTopics => {
+            let req: CreateTopicsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::create_topics::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::DeleteTopics => {
+            let req: DeleteTopicsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::delete_topics::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::CreatePartitions => {
+            let req: CreatePartitionsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::create_partitions::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::DeleteRecords => {
+            let req: DeleteRecordsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::delete_records::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::InitProducerId => {
+            let req: InitProducerIdRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::init_producer_id::handle(ctx, version, req))
+        }
+        ApiKey::DescribeConfigs => {
+            let req: DescribeConfigsRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::describe_configs::handle(ctx, version, req))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let req: IncrementalAlterConfigsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::incremental_alter_configs::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::DescribeCluster => {
+            let req: DescribeClusterRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::describe_cluster::handle(ctx, version, req))
+        }
+        other => Err(FrameError::BadHeader(format!(
+            "{other:?} is not implemented"
+        ))),
+    }
+}
+
+/// ApiVersions answers even a version it does not know: with v0's encoding and
+/// UNSUPPORTED_VERSION, listing what is supported, so the client can retry (KIP-511).
+fn api_versions_request(raw: &RawRequest) -> Result<PendingResponse, FrameError> {
+    let version = raw.header.request_api_version;
+    let supported = api_versions::is_supported(ApiKey::ApiVersions, version);
+    let decoded = if supported {
+        decode_body::<ApiVersionsRequest>(raw).ok()
+    } else {
+        None
+    };
+    let (encode_version, error) = match decoded {
+        Some(_) => (version, None),
+        None if supported => (
+            version,
+            Some(crate::protocol::error::ErrorCode::InvalidRequest),
+        ),
+        None => (
+            0,
+            Some(crate::protocol::error::ErrorCode::UnsupportedVersion),
+        ),
+    };
+    let body = handlers::api_versions::handle(error);
+    let frame = encode_response(
+        ApiKey::ApiVersions,
+        encode_version,
+        raw.header.correlation_id,
+        &body,
+    )?;
+    Ok(ready(Some(vec![frame.freeze()])))
+}

@@ -1,0 +1,66 @@
+//! CreateTopics: validate names, partition counts, replication factor and configs; record
+//! the topic and open its partitions on their shards.
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::create_topics_response::*;
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+
+use super::str_bytes;
+use crate::protocol::error::ErrorCode;
+use crate::server::admin::create_topic;
+use crate::shard::ShardCtx;
+
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    _version: i16,
+    req: CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let configs: BTreeMap<String, String> = t
+            .configs
+            .iter()
+            .filter_map(|c| {
+                c.value
+                    .as_ref()
+                    .map(|v| (c.name.to_string(), v.to_string()))
+            })
+            .collect();
+        let result = if !t.assignments.is_empty() {
+            Err(crate::server::admin::AdminError::new(
+                ErrorCode::InvalidRequest,
+                "manual replica assignments are not supported on a single broker",
+            ))
+        } else {
+            create_topic(
+                ctx,
+                &name,
+                t.num_partitions,
+                t.replication_factor,
+                configs,
+                req.validate_only,
+            )
+            .await
+        };
+        topics.push(match result {
+            Ok(meta) => CreatableTopicResult::default()
+                .with_name(t.name)
+                .with_topic_id(meta.uuid())
+                .with_num_partitions(if req.validate_only {
+                    t.num_partitions
+                } else {
+                    meta.partitions.len() as i32
+                })
+                .with_replication_factor(1),
+            Err(e) => CreatableTopicResult::default()
+                .with_name(t.name)
+                .with_error_code(e.code.code())
+                .with_error_message(Some(str_bytes(&e.message)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1),
+        });
+    }
+    CreateTopicsResponse::default().with_topics(topics)
+}

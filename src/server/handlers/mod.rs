@@ -1,0 +1,28 @@
+//! One file per Kafka API. Each handler takes the decoded request and returns the response
+//! body; framing and version checks happen in `dispatch`.
+pub mod api_versions;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_records;
+pub mod delete_topics;
+pub mod describe_cluster;
+pub mod describe_configs;
+pub mod fetch;
+pub mod incremental_alter_configs;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+/// Wire string from a Rust string.
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// Wire topic name from a Rust string.
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}

@@ -1,0 +1,148 @@
+//! Produce: validate each partition's batches, append them on the owner shards (started in
+//! request order), then wait for durability as `acks` and the topic's flush policy require.
+use std::rc::Rc;
+
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use kafka_protocol::messages::produce_response::*;
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use super::str_bytes;
+use crate::protocol::error::ErrorCode;
+use crate::shard::mesh::{begin, Started};
+use crate::shard::ops::{ProduceResult, ShardOp, ShardReply, TopicPartition};
+use crate::shard::ShardCtx;
+
+/// Where a partition's answer comes from: an immediate error or slot `index` of the reply
+/// of the op sent to shard `shard`.
+enum Source {
+    Error(ErrorCode),
+    Shard { shard: usize, index: usize },
+}
+
+/// Starts the appends and returns a future of the response (`None` for acks=0).
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    _version: i16,
+    req: ProduceRequest,
+) -> LocalBoxFuture<'static, Option<ProduceResponse>> {
+    let acks = req.acks;
+    let catalog = ctx.shared.catalog.load();
+    let nr_shards = ctx.shared.nr_shards;
+    let mut per_shard: Vec<Vec<(TopicPartition, Option<bytes::Bytes>)>> =
+        (0..nr_shards).map(|_| Vec::new()).collect();
+    let mut layout: Vec<(String, Vec<(i32, Source)>)> = Vec::with_capacity(req.topic_data.len());
+    let invalid_acks = !matches!(acks, -1 | 0 | 1);
+    let transactional = req.transactional_id.is_some();
+    for topic in req.topic_data {
+        let name = topic.name.0.to_string();
+        let meta = catalog.topic(&name);
+        let mut parts = Vec::with_capacity(topic.partition_data.len());
+        for p in topic.partition_data {
+            let source = if invalid_acks {
+                Source::Error(ErrorCode::InvalidRequiredAcks)
+            } else if transactional {
+                Source::Error(ErrorCode::TransactionalIdAuthorizationFailed)
+            } else {
+                match meta.and_then(|m| {
+                    usize::try_from(p.index)
+                        .ok()
+                        .and_then(|i| m.partitions.get(i))
+                }) {
+                    None => Source::Error(ErrorCode::UnknownTopicOrPartition),
+                    Some(pm) => {
+                        let shard = (pm.shard as usize).min(nr_shards.saturating_sub(1));
+                        let list = &mut per_shard[shard];
+                        list.push((
+                            TopicPartition {
+                                topic: name.clone(),
+                                partition: p.index,
+                            },
+                            p.records,
+                        ));
+                        Source::Shard {
+                            shard,
+                            index: list.len() - 1,
+                        }
+                    }
+                }
+            };
+            parts.push((p.index, source));
+        }
+        layout.push((name, parts));
+    }
+    // Start every shard's part now, in request order per shard.
+    let mut started: Vec<Option<Started>> = Vec::with_capacity(nr_shards);
+    for (shard, parts) in per_shard.into_iter().enumerate() {
+        if parts.is_empty() {
+            started.push(None);
+            continue;
+        }
+        let op = ShardOp::Produce {
+            acks,
+            timeout_ms: req.timeout_ms,
+            parts,
+        };
+        started.push(Some(begin(ctx, shard, op).await));
+    }
+    let finish = async move {
+        let mut replies: Vec<Vec<ProduceResult>> = Vec::with_capacity(started.len());
+        for s in started {
+            replies.push(match s {
+                Some(s) => match s.finish().await {
+                    ShardReply::Produce(r) => r,
+                    _ => Vec::new(),
+                },
+                None => Vec::new(),
+            });
+        }
+        let responses = layout
+            .into_iter()
+            .map(|(name, parts)| {
+                TopicProduceResponse::default()
+                    .with_name(super::topic_name(&name))
+                    .with_partition_responses(
+                        parts
+                            .into_iter()
+                            .map(|(index, source)| {
+                                let r = match source {
+                                    Source::Error(e) => Err(e),
+                                    Source::Shard { shard, index } => replies
+                                        .get(shard)
+                                        .and_then(|r| r.get(index))
+                                        .cloned()
+                                        .ok_or(ErrorCode::RequestTimedOut),
+                                };
+                                partition_response(index, r)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        ProduceResponse::default().with_responses(responses)
+    };
+    if acks == 0 {
+        // No response is sent, but the started work (opening a partition, appending) must
+        // still run to completion.
+        glommio::spawn_local(finish).detach();
+        return futures::future::ready(None).boxed_local();
+    }
+    async move { Some(finish.await) }.boxed_local()
+}
+
+fn partition_response(index: i32, r: Result<ProduceResult, ErrorCode>) -> PartitionProduceResponse {
+    let base = PartitionProduceResponse::default().with_index(index);
+    match r {
+        Ok(r) => base
+            .with_error_code(r.error.map(|e| e.code()).unwrap_or(0))
+            .with_error_message(r.message.as_deref().map(str_bytes))
+            .with_base_offset(r.base_offset)
+            .with_log_append_time_ms(r.log_append_time_ms)
+            .with_log_start_offset(r.log_start_offset),
+        Err(e) => base
+            .with_error_code(e.code())
+            .with_base_offset(-1)
+            .with_log_append_time_ms(-1)
+            .with_log_start_offset(-1),
+    }
+}

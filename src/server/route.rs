@@ -1,0 +1,83 @@
+//! Fan-out of per-partition requests to their owner shards, with the replies merged back
+//! into request order.
+use std::rc::Rc;
+
+use crate::protocol::error::ErrorCode;
+use crate::shard::mesh::begin;
+use crate::shard::ops::{OffsetResult, ShardOp, ShardReply, TopicPartition};
+use crate::shard::ShardCtx;
+
+/// The per-partition operations that answer with an offset.
+#[derive(Clone, Copy)]
+pub enum OffsetOp {
+    ListOffsets,
+    DeleteRecords,
+}
+
+/// Runs `op` for every `(topic, partition, argument)` on its owner shard; results come back
+/// in the order of `items`.
+pub async fn offsets(
+    ctx: &Rc<ShardCtx>,
+    op: OffsetOp,
+    items: Vec<(String, i32, i64)>,
+) -> Vec<OffsetResult> {
+    let catalog = ctx.shared.catalog.load();
+    let nr = ctx.shared.nr_shards;
+    let mut per_shard: Vec<Vec<(TopicPartition, i64)>> = (0..nr).map(|_| Vec::new()).collect();
+    let mut slots = Vec::with_capacity(items.len());
+    for (topic, partition, arg) in items {
+        let shard = catalog
+            .topic(&topic)
+            .and_then(|m| {
+                usize::try_from(partition)
+                    .ok()
+                    .and_then(|i| m.partitions.get(i))
+            })
+            .map(|p| (p.shard as usize).min(nr.saturating_sub(1)));
+        slots.push(match shard {
+            None => Err(ErrorCode::UnknownTopicOrPartition),
+            Some(s) => {
+                per_shard[s].push((TopicPartition { topic, partition }, arg));
+                Ok((s, per_shard[s].len() - 1))
+            }
+        });
+    }
+    let mut started = Vec::with_capacity(nr);
+    for (shard, parts) in per_shard.into_iter().enumerate() {
+        if parts.is_empty() {
+            started.push(None);
+            continue;
+        }
+        let op = match op {
+            OffsetOp::ListOffsets => ShardOp::ListOffsets { parts },
+            OffsetOp::DeleteRecords => ShardOp::DeleteRecords { parts },
+        };
+        started.push(Some(begin(ctx, shard, op).await));
+    }
+    let mut replies = Vec::with_capacity(nr);
+    for s in started {
+        replies.push(match s {
+            Some(s) => match s.finish().await {
+                ShardReply::Offsets(r) => r,
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        });
+    }
+    let failed = |e| OffsetResult {
+        error: Some(e),
+        timestamp: -1,
+        offset: -1,
+    };
+    slots
+        .into_iter()
+        .map(|slot| match slot {
+            Err(e) => failed(e),
+            Ok((s, i)) => replies
+                .get(s)
+                .and_then(|r| r.get(i))
+                .cloned()
+                .unwrap_or_else(|| failed(ErrorCode::NotLeaderOrFollower)),
+        })
+        .collect()
+}

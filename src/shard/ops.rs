@@ -1,0 +1,458 @@
+//! Operations one shard performs on the partitions it owns, on behalf of a request that may
+//! have arrived on any shard. `start` runs the ordering-sensitive part (appends) at once and
+//! returns a future for the rest (durability waits, disk reads).
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::future::LocalBoxFuture;
+
+use super::{now_ms, ShardCtx};
+use crate::protocol::error::{from_append, from_storage, ErrorCode};
+use crate::protocol::record_batch::{BatchError, BatchIter};
+use crate::storage::{LogConfig, Partition};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+pub struct FetchPart {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub max_bytes: usize,
+}
+
+pub enum ShardOp {
+    Produce {
+        acks: i16,
+        timeout_ms: i32,
+        parts: Vec<(TopicPartition, Option<Bytes>)>,
+    },
+    Fetch {
+        parts: Vec<FetchPart>,
+    },
+    /// Resolves when any of the partitions has data past the given offset, or on timeout.
+    WaitForData {
+        parts: Vec<(TopicPartition, i64)>,
+        timeout: Duration,
+    },
+    ListOffsets {
+        parts: Vec<(TopicPartition, i64)>,
+    },
+    DeleteRecords {
+        parts: Vec<(TopicPartition, i64)>,
+    },
+    OpenPartitions {
+        topic: String,
+        partitions: Vec<i32>,
+        config: LogConfig,
+    },
+    DropPartitions {
+        topic: String,
+        partitions: Vec<i32>,
+    },
+    SetConfig {
+        topic: String,
+        config: LogConfig,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct ProduceResult {
+    pub error: Option<ErrorCode>,
+    pub message: Option<String>,
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+}
+
+impl ProduceResult {
+    fn error(e: ErrorCode, message: Option<String>) -> Self {
+        Self {
+            error: Some(e),
+            message,
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FetchResult {
+    pub error: Option<ErrorCode>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub chunks: Vec<Bytes>,
+}
+
+impl FetchResult {
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.len()).sum()
+    }
+    pub fn error(e: ErrorCode) -> Self {
+        Self {
+            error: Some(e),
+            high_watermark: -1,
+            log_start_offset: -1,
+            chunks: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct OffsetResult {
+    pub error: Option<ErrorCode>,
+    pub timestamp: i64,
+    pub offset: i64,
+}
+
+pub enum ShardReply {
+    Produce(Vec<ProduceResult>),
+    Fetch(Vec<FetchResult>),
+    DataReady,
+    Offsets(Vec<OffsetResult>),
+    Done(Result<(), String>),
+    /// The target shard is gone (shutting down).
+    Unavailable,
+}
+
+/// Starts `op` on this shard. Appends happen before this returns.
+pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardReply> {
+    let ctx = ctx.clone();
+    match op {
+        ShardOp::Produce {
+            acks,
+            timeout_ms,
+            parts,
+        } => start_produce(ctx, acks, timeout_ms, parts),
+        ShardOp::Fetch { parts } => Box::pin(async move {
+            let mut out = Vec::with_capacity(parts.len());
+            for part in parts {
+                out.push(fetch_one(&ctx, part).await);
+            }
+            ShardReply::Fetch(out)
+        }),
+        ShardOp::WaitForData { parts, timeout } => Box::pin(async move {
+            let mut waits = Vec::new();
+            for (tp, offset) in parts {
+                if let Ok(Some(p)) = ctx.partition(&tp.topic, tp.partition).await {
+                    waits.push(Box::pin(
+                        async move { p.wait_for_data(offset, timeout).await },
+                    ));
+                }
+            }
+            if waits.is_empty() {
+                glommio::timer::sleep(timeout).await;
+            } else {
+                futures::future::select_all(waits).await;
+            }
+            ShardReply::DataReady
+        }),
+        ShardOp::ListOffsets { parts } => Box::pin(async move {
+            let mut out = Vec::with_capacity(parts.len());
+            for (tp, ts) in parts {
+                out.push(list_offset(&ctx, &tp, ts).await);
+            }
+            ShardReply::Offsets(out)
+        }),
+        ShardOp::DeleteRecords { parts } => Box::pin(async move {
+            let mut out = Vec::with_capacity(parts.len());
+            for (tp, offset) in parts {
+                out.push(delete_records(&ctx, &tp, offset).await);
+            }
+            ShardReply::Offsets(out)
+        }),
+        ShardOp::OpenPartitions {
+            topic,
+            partitions,
+            config,
+        } => Box::pin(async move {
+            for p in partitions {
+                if let Err(e) = ctx.open_partition(&topic, p, config.clone()).await {
+                    return ShardReply::Done(Err(format!("cannot open {topic}-{p}: {e}")));
+                }
+            }
+            ShardReply::Done(Ok(()))
+        }),
+        ShardOp::DropPartitions { topic, partitions } => Box::pin(async move {
+            let mut result = Ok(());
+            for i in partitions {
+                match ctx.remove_partition(&topic, i) {
+                    Some(p) => {
+                        if let Err(e) = p.delete().await {
+                            result = Err(format!("cannot delete {topic}-{i}: {e}"));
+                        }
+                    }
+                    None => {
+                        // Never opened on this run: remove whatever a previous run left.
+                        let dir = ctx.shared.partition_dir(&topic, i);
+                        if dir.exists() {
+                            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                                result = Err(format!("cannot delete {}: {e}", dir.display()));
+                            }
+                        }
+                    }
+                }
+            }
+            ShardReply::Done(result)
+        }),
+        ShardOp::SetConfig { topic, config } => Box::pin(async move {
+            for (_, p) in ctx.topic_partitions(&topic) {
+                p.set_config(config.clone());
+            }
+            ShardReply::Done(Ok(()))
+        }),
+    }
+}
+
+/// Outcome of appending one partition's records, before durability.
+enum Staged {
+    Appended {
+        partition: Rc<Partition>,
+        result: ProduceResult,
+        last_offset: i64,
+    },
+    Failed(ProduceResult),
+    /// The partition is placed here but not open yet: append after opening.
+    NotOpen(TopicPartition, Option<Bytes>),
+}
+
+fn start_produce(
+    ctx: Rc<ShardCtx>,
+    acks: i16,
+    timeout_ms: i32,
+    parts: Vec<(TopicPartition, Option<Bytes>)>,
+) -> LocalBoxFuture<'static, ShardReply> {
+    let now = now_ms();
+    let staged: Vec<Staged> = parts
+        .into_iter()
+        .map(
+            |(tp, records)| match ctx.local_partition(&tp.topic, tp.partition) {
+                Some(p) => append_all(p, records.as_ref(), now),
+                None => Staged::NotOpen(tp, records),
+            },
+        )
+        .collect();
+    Box::pin(async move {
+        let deadline = Instant::now()
+            + Duration::from_millis(
+                timeout_ms.clamp(0, crate::limits::PRODUCE_TIMEOUT_MS_MAX) as u64
+            );
+        let mut out = Vec::with_capacity(staged.len());
+        for s in staged {
+            let s = match s {
+                Staged::NotOpen(tp, records) => {
+                    match ctx.partition(&tp.topic, tp.partition).await {
+                        Ok(Some(p)) => append_all(p, records.as_ref(), now_ms()),
+                        Ok(None) => Staged::Failed(ProduceResult::error(
+                            ErrorCode::UnknownTopicOrPartition,
+                            None,
+                        )),
+                        Err(e) => Staged::Failed(ProduceResult::error(
+                            from_storage(&e),
+                            Some(e.to_string()),
+                        )),
+                    }
+                }
+                other => other,
+            };
+            out.push(s);
+        }
+        let mut results = Vec::with_capacity(out.len());
+        for s in out {
+            match s {
+                Staged::Appended {
+                    partition,
+                    result,
+                    last_offset,
+                } => {
+                    if acks != -1 {
+                        results.push(result);
+                        continue;
+                    }
+                    let wait = partition.wait_durable(last_offset);
+                    let timer =
+                        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                    let outcome = futures_lite::future::or(async { Some(wait.await) }, async {
+                        timer.await;
+                        None
+                    })
+                    .await;
+                    results.push(match outcome {
+                        Some(Ok(())) => result,
+                        Some(Err(e)) => ProduceResult::error(from_storage(&e), Some(e.to_string())),
+                        None => ProduceResult::error(ErrorCode::RequestTimedOut, None),
+                    });
+                }
+                Staged::Failed(r) => results.push(r),
+                Staged::NotOpen(..) => results.push(ProduceResult::error(
+                    ErrorCode::UnknownTopicOrPartition,
+                    None,
+                )),
+            }
+        }
+        ShardReply::Produce(results)
+    })
+}
+
+/// Validates every batch of one partition's records, then appends them in order.
+fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> Staged {
+    let Some(records) = records.filter(|r| !r.is_empty()) else {
+        return Staged::Failed(ProduceResult::error(
+            ErrorCode::InvalidRecord,
+            Some("produce request carries no record batch".into()),
+        ));
+    };
+    let max = partition.config().max_message_bytes as usize;
+    let mut batches = Vec::new();
+    for item in BatchIter::new(records) {
+        match item {
+            Ok((pos, header)) => {
+                if header.total_len() > max {
+                    return Staged::Failed(ProduceResult::error(
+                        ErrorCode::MessageTooLarge,
+                        Some(format!(
+                            "batch of {} bytes exceeds max.message.bytes {max}",
+                            header.total_len()
+                        )),
+                    ));
+                }
+                batches.push(pos..pos + header.total_len());
+            }
+            Err(e) => {
+                let code = match e {
+                    BatchError::BadMagic(_) => ErrorCode::UnsupportedForMessageFormat,
+                    _ => ErrorCode::CorruptMessage,
+                };
+                return Staged::Failed(ProduceResult::error(code, Some(e.to_string())));
+            }
+        }
+    }
+    let mut first: Option<ProduceResult> = None;
+    let mut last_offset = -1;
+    for range in batches {
+        // The batch is copied once, out of the request frame, into a buffer the log owns and
+        // patches (base offset, leader epoch) in place.
+        let Some(slice) = records.get(range) else {
+            continue;
+        };
+        match partition.append(BytesMut::from(slice), now) {
+            Ok(o) => {
+                last_offset = o.last_offset;
+                if first.is_none() {
+                    first = Some(ProduceResult {
+                        error: None,
+                        message: None,
+                        base_offset: o.base_offset,
+                        log_append_time_ms: o.log_append_time_ms,
+                        log_start_offset: o.log_start_offset,
+                    });
+                }
+            }
+            Err(e) => {
+                return Staged::Failed(ProduceResult::error(from_append(&e), Some(e.to_string())))
+            }
+        }
+    }
+    match first {
+        Some(result) => Staged::Appended {
+            partition,
+            result,
+            last_offset,
+        },
+        None => Staged::Failed(ProduceResult::error(ErrorCode::CorruptMessage, None)),
+    }
+}
+
+async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
+    let p = match ctx.partition(&part.tp.topic, part.tp.partition).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return FetchResult::error(ErrorCode::UnknownTopicOrPartition),
+        Err(e) => return FetchResult::error(from_storage(&e)),
+    };
+    match p.read(part.offset, part.max_bytes).await {
+        Ok(r) => FetchResult {
+            error: None,
+            high_watermark: r.high_watermark,
+            log_start_offset: r.log_start_offset,
+            chunks: r.chunks,
+        },
+        Err(e) => FetchResult {
+            error: Some(from_storage(&e)),
+            high_watermark: p.high_watermark(),
+            log_start_offset: p.log_start_offset(),
+            chunks: Vec::new(),
+        },
+    }
+}
+
+/// Kafka's special ListOffsets timestamps.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+
+async fn list_offset(ctx: &Rc<ShardCtx>, tp: &TopicPartition, ts: i64) -> OffsetResult {
+    let err = |e| OffsetResult {
+        error: Some(e),
+        timestamp: -1,
+        offset: -1,
+    };
+    let p = match ctx.partition(&tp.topic, tp.partition).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return err(ErrorCode::UnknownTopicOrPartition),
+        Err(e) => return err(from_storage(&e)),
+    };
+    let ok = |timestamp, offset| OffsetResult {
+        error: None,
+        timestamp,
+        offset,
+    };
+    match ts {
+        LATEST_TIMESTAMP => ok(-1, p.high_watermark()),
+        EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => ok(-1, p.log_start_offset()),
+        MAX_TIMESTAMP => match p.max_timestamp() {
+            Some((t, o)) => ok(t, o),
+            None => ok(-1, -1),
+        },
+        t if t >= 0 => match p.offset_for_timestamp(t).await {
+            Ok(Some((offset, found))) => ok(found, offset),
+            Ok(None) => ok(-1, -1),
+            Err(e) => err(from_storage(&e)),
+        },
+        _ => err(ErrorCode::InvalidRequest),
+    }
+}
+
+async fn delete_records(ctx: &Rc<ShardCtx>, tp: &TopicPartition, offset: i64) -> OffsetResult {
+    let err = |e| OffsetResult {
+        error: Some(e),
+        timestamp: -1,
+        offset: -1,
+    };
+    let p = match ctx.partition(&tp.topic, tp.partition).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return err(ErrorCode::UnknownTopicOrPartition),
+        Err(e) => return err(from_storage(&e)),
+    };
+    // -1 means "up to the high watermark", as in Kafka.
+    let target = if offset == -1 {
+        p.high_watermark()
+    } else {
+        offset
+    };
+    if target < 0 || target > p.high_watermark() {
+        return err(ErrorCode::OffsetOutOfRange);
+    }
+    match p.delete_records(target).await {
+        Ok(low) => OffsetResult {
+            error: None,
+            timestamp: -1,
+            offset: low,
+        },
+        Err(e) => err(from_storage(&e)),
+    }
+}
