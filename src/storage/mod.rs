@@ -1,1 +1,103 @@
-//! storage (under construction)
+//! Partition logs on disk: segments of Kafka v2 record batches, sparse offset and time
+//! indexes, crash recovery, retention, idempotent-producer state and a tail cache.
+//!
+//! Everything here runs on one glommio shard: types are `!Send` and shared as
+//! `Rc<Partition>`. The append path is synchronous (offsets are assigned and bytes staged in
+//! memory); a per-partition flusher task does the direct I/O and `fdatasync` (group commit).
+//!
+//! Invariants kept across the module:
+//! - offsets are contiguous and strictly increasing across batches and segments;
+//! - the high watermark never exceeds the log end, and nothing at or past it is served;
+//! - a segment's data is durable before its index files or a producer snapshot that covers
+//!   it are written (ordering enforced by awaiting, never by submission order);
+//! - a partition whose flush failed is poisoned: it never acknowledges anything again,
+//!   because after a failed `fdatasync` the kernel may have dropped the dirty pages.
+
+mod config;
+mod file_io;
+mod index;
+mod notify;
+mod partition;
+pub mod producer_state;
+mod recovery;
+mod retention;
+mod segment;
+mod state_file;
+mod tail_cache;
+mod time_index;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+pub use config::{FlushPolicy, LogConfig, TimestampType};
+pub use file_io::{DmaFileSystem, FileSystem, SegmentFile};
+pub use partition::{AppendOutcome, Partition, ReadOutcome};
+
+use crate::protocol::record_batch::BatchError;
+
+/// Bytes staged in memory but not yet written, per partition. Past this, appends are refused
+/// (`AppendError::Backpressure`) instead of growing memory without bound while the disk lags.
+pub const STAGING_BYTES_MAX: usize = 64 << 20;
+/// Under `IntervalMs`/`Never`, staged bytes past this are written (without fsync) right away,
+/// so memory stays small even when nothing asks for durability.
+pub const STAGING_WRITE_THRESHOLD_BYTES: usize = 1 << 20;
+/// Under `Never`, staged data is written (not fsynced) at least this often.
+pub const NEVER_POLICY_WRITE_INTERVAL_MS: u64 = 1000;
+/// Smallest direct-I/O read issued for a fetch or a scan; amortises the io_uring round trip.
+pub const READ_CHUNK_BYTES_MIN: usize = 64 << 10;
+/// Largest single direct-I/O read; a fetch wanting more gets it in several reads.
+pub const READ_CHUNK_BYTES_MAX: usize = 8 << 20;
+/// Producers tracked per partition; past this the one with the oldest last offset is
+/// forgotten (it then looks like a new producer, as after retention in Kafka).
+pub const PRODUCERS_MAX: usize = 16_384;
+/// Kafka keeps the metadata of the last five batches per producer for duplicate detection.
+pub const PRODUCER_BATCHES_RETAINED: usize = 5;
+/// A small state file larger than this is treated as corrupt rather than read into memory.
+pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
+
+/// Storage failures. Clone so one flush failure can be handed to every waiter.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("I/O error during {op} on {path}: {message}")]
+    Io { path: PathBuf, op: &'static str, kind: std::io::ErrorKind, message: String },
+    #[error("corruption in {path} at byte {position}: {reason}")]
+    Corruption { path: PathBuf, position: u64, reason: String },
+    #[error("offset {offset} out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 },
+    #[error("partition is closed")]
+    Closed,
+    #[error("invalid log config: {0}")]
+    InvalidConfig(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, e: std::io::Error) -> Self {
+        Error::Io { path: path.into(), op, kind: e.kind(), message: e.to_string() }
+    }
+    pub(crate) fn corruption(path: impl Into<PathBuf>, position: u64, reason: impl Into<String>) -> Self {
+        Error::Corruption { path: path.into(), position, reason: reason.into() }
+    }
+}
+
+/// Why one append was refused. Each maps to one Kafka error code in the server.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum AppendError {
+    #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: u32 },
+    #[error("out of order sequence for producer {producer_id} epoch {epoch}: got {first_seq}, last {last_seq:?}")]
+    OutOfOrderSequence { producer_id: i64, epoch: i16, first_seq: i32, last_seq: Option<i32> },
+    #[error("producer {producer_id} epoch {epoch} is older than current epoch {current}")]
+    InvalidProducerEpoch { producer_id: i64, epoch: i16, current: i16 },
+    /// Not produced since KIP-360 (see `producer_state`); kept so the server's error mapping
+    /// is complete.
+    #[error("unknown producer id {producer_id}")]
+    UnknownProducerId { producer_id: i64 },
+    #[error("corrupt batch: {0}")]
+    CorruptMessage(BatchError),
+    #[error("{staged_bytes} bytes staged, more than {max}: the disk is behind")]
+    Backpressure { staged_bytes: usize, max: usize },
+    #[error(transparent)]
+    Storage(#[from] Error),
+}
