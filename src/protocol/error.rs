@@ -22,7 +22,10 @@ pub fn from_storage(e: &StorageError) -> ErrorCode {
 pub fn from_append(e: &AppendError) -> ErrorCode {
     match e {
         AppendError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
-        AppendError::CorruptMessage => ErrorCode::CorruptMessage,
+        AppendError::CorruptMessage(_) => ErrorCode::CorruptMessage,
+        AppendError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
+        // The disk is behind: a retriable error makes the producer back off and resend.
+        AppendError::Backpressure { .. } => ErrorCode::RequestTimedOut,
         AppendError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
         AppendError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
         AppendError::Storage(s) => from_storage(s),

@@ -1,0 +1,89 @@
+//! Per-topic log settings with Kafka's names and defaults. Plain data: validated on
+//! `Partition::open`/`set_config`, read by the append path and the flusher on every use, so
+//! a change applies to the next operation.
+
+/// How appends become durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// Group commit: acknowledge after the `fdatasync` that covers the batch.
+    Sync,
+    /// A timer writes and fsyncs every n ms; acks do not wait.
+    IntervalMs(u64),
+    /// Write lazily, fsync only at roll and close (durability comes from replication).
+    Never,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// segment.bytes
+    pub segment_bytes: u64,
+    /// segment.ms
+    pub segment_ms: i64,
+    /// retention.ms; -1 keeps forever.
+    pub retention_ms: i64,
+    /// retention.bytes; -1 is unlimited.
+    pub retention_bytes: i64,
+    /// index.interval.bytes
+    pub index_interval_bytes: u32,
+    /// segment.index.bytes: a segment rolls when its index would exceed this.
+    pub segment_index_bytes: u32,
+    pub flush_policy: FlushPolicy,
+    /// max.message.bytes: the largest batch accepted.
+    pub max_message_bytes: u32,
+    pub message_timestamp_type: TimestampType,
+    /// fallocate extent for new segments (capped at segment_bytes).
+    pub preallocate_bytes: u64,
+    /// Recent batches kept in memory per partition for fetches.
+    pub tail_cache_bytes: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 604_800_000,
+            retention_ms: 604_800_000,
+            retention_bytes: -1,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10_485_760,
+            flush_policy: FlushPolicy::Sync,
+            max_message_bytes: 1_048_588,
+            message_timestamp_type: TimestampType::CreateTime,
+            preallocate_bytes: 64 << 20,
+            tail_cache_bytes: 32 << 20,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Rejects settings that would break an invariant (a zero-sized segment could never hold
+    /// a batch; an index smaller than one entry could never be written).
+    pub fn validate(&self) -> Result<(), super::Error> {
+        let bad = |m: &str| Err(super::Error::InvalidConfig(m.to_string()));
+        if self.segment_bytes < 1024 {
+            return bad("segment.bytes must be at least 1024");
+        }
+        if self.segment_bytes > u32::MAX as u64 {
+            return bad("segment.bytes must fit the index's 4-byte positions");
+        }
+        if self.segment_ms <= 0 {
+            return bad("segment.ms must be positive");
+        }
+        if self.segment_index_bytes < 12 {
+            return bad("segment.index.bytes must hold at least one entry");
+        }
+        if self.max_message_bytes == 0 {
+            return bad("max.message.bytes must be positive");
+        }
+        if let FlushPolicy::IntervalMs(0) = self.flush_policy {
+            return bad("flush interval must be positive");
+        }
+        Ok(())
+    }
+}

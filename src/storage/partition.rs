@@ -1,0 +1,788 @@
+//! A partition's log: the segments, the append path, the flusher (group commit), reads,
+//! timestamp lookup, DeleteRecords and retention.
+//!
+//! Shape: `append` is synchronous — it checks producer state, assigns offsets by patching
+//! the header in place, stages the bytes in the active segment and the tail cache, and
+//! returns. A background flusher task per partition does all segment I/O in offset order:
+//! create + preallocate the file, direct-I/O write of the staged bytes (partial last block
+//! included), `fdatasync`, then advances the durable offset and wakes waiters. Everything
+//! staged when a flush starts rides on one `fdatasync` (group commit).
+//!
+//! Invariants:
+//! - no `RefCell` borrow is held across an `.await`: every await works on values copied out
+//!   of `Inner` by a short synchronous block;
+//! - `log_start <= high_watermark <= next_offset`, and the high watermark never decreases;
+//! - a segment's file exists only once every earlier segment is complete (durable, truncated,
+//!   indexed), so recovery may trust every segment but the last;
+//! - segment data is fsynced before its index files and the producer snapshot covering it;
+//! - after a failed write or fsync the partition is poisoned (sticky error): nothing more is
+//!   acknowledged, because the kernel may have dropped the dirty pages.
+//!
+//! Faults survived: crash at any point (recovery), failed I/O (sticky error to every waiter),
+//! a slow disk (appends refused past `STAGING_BYTES_MAX` instead of unbounded memory).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::file_io::{DmaFileSystem, FileSystem};
+use super::notify::Notify;
+use super::producer_state::{BatchIdentity, ProducerStateTable, SequenceError, Verdict};
+use super::recovery::{recover, remove_segment_files, write_indexes, write_producer_snapshot};
+use super::retention::{segments_to_delete, SegmentSummary};
+use super::segment::{read_batches, Segment};
+use super::state_file;
+use super::tail_cache::{CachedBatch, TailCache};
+use super::{
+    AppendError, Error, FlushPolicy, LogConfig, TimestampType, NEVER_POLICY_WRITE_INTERVAL_MS, READ_CHUNK_BYTES_MIN,
+    STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
+};
+use crate::protocol::record_batch::{
+    patch_base_offset, patch_leader_epoch, patch_log_append_time, BatchError, BatchHeader,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// -1 under CreateTime (and for duplicates).
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    /// The batch was a retry of one already in the log; offsets are the original ones.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReadOutcome {
+    pub chunks: Vec<Bytes>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+struct Inner {
+    config: LogConfig,
+    segments: BTreeMap<i64, Segment>,
+    log_start: i64,
+    next_offset: i64,
+    high_watermark: i64,
+    /// Every offset below is fsynced.
+    durable_offset: i64,
+    /// Every offset below is written to its file (maybe not fsynced); the tail cache may
+    /// drop batches below it.
+    written_offset: i64,
+    producers: ProducerStateTable,
+    cache: TailCache,
+    failed: Option<Error>,
+    closing: bool,
+    closed: bool,
+    max_timestamp: Option<(i64, i64)>,
+}
+
+impl Inner {
+    fn staged_bytes(&self) -> u64 {
+        self.segments.values().rev().take_while(|s| !s.complete).map(|s| s.unwritten()).sum()
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.closing || self.closed {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn active(&mut self) -> &mut Segment {
+        // `open` always creates an active segment and nothing removes the last one.
+        let Some((_, seg)) = self.segments.iter_mut().next_back() else {
+            unreachable!("a partition always has an active segment")
+        };
+        seg
+    }
+
+    fn roll(&mut self, dir: &Path) {
+        let next = self.next_offset;
+        let snapshot = self.producers.snapshot(next);
+        self.active().seal(snapshot);
+        self.segments.insert(next, Segment::new(dir, next));
+    }
+
+    fn should_roll(&mut self, batch_len: usize, last_offset: i64, now_ms: i64) -> bool {
+        let config = self.config.clone();
+        let seg = self.active();
+        if seg.size == 0 {
+            return false;
+        }
+        seg.size + batch_len as u64 > config.segment_bytes
+            || seg.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+            || seg.index.bytes() + super::index::ENTRY_LEN > config.segment_index_bytes as usize
+            || seg.time_index.bytes() + super::time_index::ENTRY_LEN > config.segment_index_bytes as usize
+            || last_offset - seg.base_offset > i32::MAX as i64
+    }
+
+    fn recompute_max_timestamp(&mut self) {
+        self.max_timestamp = self
+            .segments
+            .values()
+            .filter(|s| s.offset_of_max_timestamp >= 0)
+            .map(|s| (s.max_timestamp, s.offset_of_max_timestamp))
+            .fold(None, |acc: Option<(i64, i64)>, (t, o)| match acc {
+                Some((at, _)) if at >= t => acc,
+                _ => Some((t, o)),
+            });
+    }
+
+    fn advance_durable(&mut self, offset: i64) {
+        self.durable_offset = self.durable_offset.max(offset);
+        self.high_watermark = self.high_watermark.max(self.durable_offset);
+    }
+
+    /// Removes the complete, non-active segments wholly below `log_start`.
+    fn take_segments_below(&mut self, log_start: i64) -> Vec<i64> {
+        let last = self.segments.keys().next_back().copied();
+        let doomed: Vec<i64> = self
+            .segments
+            .values()
+            .filter(|s| Some(s.base_offset) != last && s.complete && s.next_offset <= log_start)
+            .map(|s| s.base_offset)
+            .collect();
+        for b in &doomed {
+            self.segments.remove(b);
+        }
+        doomed
+    }
+}
+
+pub struct Partition {
+    dir: PathBuf,
+    fs: Rc<dyn FileSystem>,
+    inner: RefCell<Inner>,
+    /// High watermark moved, durability advanced, a flush failed, or the partition closed.
+    progress: Notify,
+    /// Work for the flusher.
+    flush_wakeup: Notify,
+    flusher: RefCell<Option<glommio::task::JoinHandle<()>>>,
+    flusher_done: Notify,
+    flusher_running: std::cell::Cell<bool>,
+    /// Serialises log-start persistence and segment deletion (DeleteRecords, retention).
+    meta_lock: glommio::sync::Semaphore,
+}
+
+enum Step {
+    Final,
+    Flush { sync: bool },
+    Wait { until: Option<Instant> },
+}
+
+impl Partition {
+    /// Opens (creating if absent) the partition directory and recovers it.
+    pub async fn open(dir: PathBuf, config: LogConfig) -> Result<Rc<Partition>, Error> {
+        Self::open_with(dir, config, Rc::new(DmaFileSystem)).await
+    }
+
+    /// `open` with an injected file layer (tests use it to inject faults).
+    pub async fn open_with(dir: PathBuf, config: LogConfig, fs: Rc<dyn FileSystem>) -> Result<Rc<Partition>, Error> {
+        config.validate()?;
+        let rec = recover(&dir, &config, &*fs).await?;
+        let mut inner = Inner {
+            config,
+            segments: rec.segments,
+            log_start: rec.log_start,
+            next_offset: rec.next_offset,
+            high_watermark: rec.next_offset,
+            durable_offset: rec.next_offset,
+            written_offset: rec.next_offset,
+            producers: rec.producers,
+            cache: TailCache::default(),
+            failed: None,
+            closing: false,
+            closed: false,
+            max_timestamp: None,
+        };
+        inner.recompute_max_timestamp();
+        let p = Rc::new(Partition {
+            dir,
+            fs,
+            inner: RefCell::new(inner),
+            progress: Notify::default(),
+            flush_wakeup: Notify::default(),
+            flusher: RefCell::new(None),
+            flusher_done: Notify::default(),
+            flusher_running: std::cell::Cell::new(true),
+            meta_lock: glommio::sync::Semaphore::new(1),
+        });
+        let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
+        *p.flusher.borrow_mut() = Some(task);
+        Ok(p)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends one batch the caller validated (see module doc). Not yet durable on return.
+    pub fn append(&self, mut batch: BytesMut, now_ms: i64) -> Result<AppendOutcome, AppendError> {
+        let header = BatchHeader::parse(&batch).map_err(AppendError::CorruptMessage)?;
+        if header.total_len() != batch.len() {
+            return Err(AppendError::CorruptMessage(BatchError::BadLength {
+                len: header.batch_length as i64,
+                min: batch.len(),
+            }));
+        }
+        let mut inner = self.inner.borrow_mut();
+        inner.check_open()?;
+        let max = inner.config.max_message_bytes;
+        if batch.len() > max as usize {
+            return Err(AppendError::MessageTooLarge { size: batch.len(), max });
+        }
+        let id = BatchIdentity {
+            producer_id: header.producer_id,
+            epoch: header.producer_epoch,
+            first_seq: header.base_sequence,
+            last_seq: header.last_sequence(),
+        };
+        match inner.producers.check(&id) {
+            Ok(Verdict::Duplicate { base_offset, last_offset }) => {
+                return Ok(AppendOutcome {
+                    base_offset,
+                    last_offset,
+                    log_append_time_ms: -1,
+                    log_start_offset: inner.log_start,
+                    duplicate: true,
+                })
+            }
+            Ok(_) => {}
+            Err(SequenceError::InvalidProducerEpoch { producer_id, epoch, current }) => {
+                return Err(AppendError::InvalidProducerEpoch { producer_id, epoch, current })
+            }
+            Err(SequenceError::OutOfOrderSequence { producer_id, epoch, first_seq, last_seq }) => {
+                return Err(AppendError::OutOfOrderSequence { producer_id, epoch, first_seq, last_seq })
+            }
+        }
+        let staged = inner.staged_bytes() as usize;
+        if staged + batch.len() > STAGING_BYTES_MAX {
+            return Err(AppendError::Backpressure { staged_bytes: staged, max: STAGING_BYTES_MAX });
+        }
+
+        let base_offset = inner.next_offset;
+        patch_base_offset(&mut batch, base_offset);
+        patch_leader_epoch(&mut batch, 0);
+        let log_append_time_ms = match inner.config.message_timestamp_type {
+            TimestampType::LogAppendTime => {
+                patch_log_append_time(&mut batch, now_ms);
+                now_ms
+            }
+            TimestampType::CreateTime => -1,
+        };
+        let h = BatchHeader::parse(&batch).map_err(AppendError::CorruptMessage)?;
+        assert!(h.base_offset == base_offset && h.last_offset() >= base_offset, "offsets must increase");
+        if inner.should_roll(batch.len(), h.last_offset(), now_ms) {
+            inner.roll(&self.dir);
+        }
+        let bytes = batch.freeze();
+        let interval = inner.config.index_interval_bytes;
+        inner.active().append(&bytes, &h, interval, now_ms);
+        inner.next_offset = h.last_offset() + 1;
+        inner.producers.record(&id, base_offset, h.last_offset());
+        if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
+            inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
+        }
+        inner.cache.push(CachedBatch {
+            base_offset,
+            last_offset: h.last_offset(),
+            max_timestamp: h.max_timestamp,
+            bytes,
+        });
+        let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
+        inner.cache.evict(limit, written);
+        let outcome = AppendOutcome {
+            base_offset,
+            last_offset: h.last_offset(),
+            log_append_time_ms,
+            log_start_offset: inner.log_start,
+            duplicate: false,
+        };
+        let hw_moves = inner.config.flush_policy != FlushPolicy::Sync;
+        if hw_moves {
+            inner.high_watermark = inner.next_offset;
+        }
+        drop(inner);
+        if hw_moves {
+            self.progress.notify_all();
+        }
+        self.flush_wakeup.notify_all();
+        Ok(outcome)
+    }
+
+    /// Resolves once `last_offset` is durable per the flush policy (immediately unless Sync).
+    pub async fn wait_durable(&self, last_offset: i64) -> Result<(), Error> {
+        loop {
+            let listener = self.progress.listen();
+            {
+                let inner = self.inner.borrow();
+                if let Some(e) = &inner.failed {
+                    return Err(e.clone());
+                }
+                if inner.config.flush_policy != FlushPolicy::Sync || inner.durable_offset > last_offset {
+                    return Ok(());
+                }
+                if inner.closed || (inner.closing && !self.flusher_running.get()) {
+                    return Err(Error::Closed);
+                }
+            }
+            listener.await;
+        }
+    }
+
+    /// Whole batches from the one containing `offset`, below the high watermark, up to
+    /// `max_bytes` but at least one (KIP-74). Slices of the tail cache or of read buffers.
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, Error> {
+        let (file, path, mut pos, end, hw, log_start, interval) = {
+            let inner = self.inner.borrow();
+            if inner.closed {
+                return Err(Error::Closed);
+            }
+            let (hw, log_start) = (inner.high_watermark, inner.log_start);
+            if offset < log_start || offset > inner.next_offset {
+                return Err(Error::OffsetOutOfRange { offset, log_start, log_end: inner.next_offset });
+            }
+            let mut out = ReadOutcome { chunks: Vec::new(), high_watermark: hw, log_start_offset: log_start };
+            if offset >= hw {
+                return Ok(out);
+            }
+            if inner.cache.first_offset().is_some_and(|first| first <= offset) {
+                out.chunks = inner.cache.read(offset, max_bytes, hw);
+                return Ok(out);
+            }
+            let Some((_, seg)) = inner.segments.range(..=offset).next_back() else {
+                return Err(Error::OffsetOutOfRange { offset, log_start, log_end: inner.next_offset });
+            };
+            let Some(file) = seg.file.clone() else {
+                return Err(Error::corruption(&seg.path, 0, "segment below the tail cache has no file"));
+            };
+            let pos = seg.index.lookup(seg.relative(offset)) as u64;
+            (file, seg.path.clone(), pos, seg.written.min(seg.size), hw, log_start, inner.config.index_interval_bytes)
+        };
+        let mut chunks = Vec::new();
+        let mut total = 0usize;
+        'segment: while pos < end {
+            let want = max_bytes.saturating_sub(total).saturating_add(interval as usize);
+            let (batches, next) = read_batches(&*file, &path, pos, end, want).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for (h, bytes) in batches {
+                if h.last_offset() < offset {
+                    continue;
+                }
+                if h.base_offset >= hw || (!chunks.is_empty() && total + bytes.len() > max_bytes) {
+                    break 'segment;
+                }
+                total += bytes.len();
+                chunks.push(bytes);
+                if total >= max_bytes {
+                    break 'segment;
+                }
+            }
+            pos = next;
+        }
+        Ok(ReadOutcome { chunks, high_watermark: hw, log_start_offset: log_start })
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.inner.borrow().high_watermark
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.inner.borrow().next_offset
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.inner.borrow().log_start
+    }
+    /// Offsets below this are fsynced.
+    pub fn durable_offset(&self) -> i64 {
+        self.inner.borrow().durable_offset
+    }
+
+    /// Resolves when the high watermark moves past `offset`, or after `timeout`.
+    pub async fn wait_for_data(&self, offset: i64, timeout: Duration) {
+        let wait = async {
+            loop {
+                let listener = self.progress.listen();
+                {
+                    let inner = self.inner.borrow();
+                    if inner.high_watermark > offset || inner.closed || inner.failed.is_some() {
+                        return;
+                    }
+                }
+                listener.await;
+            }
+        };
+        futures_lite::future::or(wait, glommio::timer::sleep(timeout)).await;
+    }
+
+    /// The earliest batch (at or after the log start, below the high watermark) whose max
+    /// timestamp is >= `ts`: `(offset, that timestamp)`; the offset is the batch's base
+    /// offset, raised to the log start if the batch straddles it.
+    pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, Error> {
+        let (file, path, mut pos, end, from_offset, hw, log_start) = {
+            let inner = self.inner.borrow();
+            if inner.closed {
+                return Err(Error::Closed);
+            }
+            let (hw, log_start) = (inner.high_watermark, inner.log_start);
+            let Some(seg) = inner
+                .segments
+                .values()
+                .find(|s| s.next_offset > log_start && s.offset_of_max_timestamp >= 0 && s.max_timestamp >= ts)
+            else {
+                return Ok(None);
+            };
+            let from = seg.time_index.floor_below(ts).map(|r| seg.base_offset + r as i64).unwrap_or(seg.base_offset);
+            let from = from.max(log_start);
+            if inner.cache.first_offset().is_some_and(|first| first <= from) {
+                return Ok(inner.cache.find_timestamp(from, ts, hw).map(|(o, t)| (o.max(log_start), t)));
+            }
+            let Some(file) = seg.file.clone() else {
+                return Err(Error::corruption(&seg.path, 0, "segment below the tail cache has no file"));
+            };
+            let pos = seg.index.lookup(seg.relative(from)) as u64;
+            (file, seg.path.clone(), pos, seg.written.min(seg.size), from, hw, log_start)
+        };
+        while pos < end {
+            let (batches, next) = read_batches(&*file, &path, pos, end, READ_CHUNK_BYTES_MIN).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for (h, _) in batches {
+                if h.last_offset() < from_offset {
+                    continue;
+                }
+                if h.base_offset >= hw {
+                    return Ok(None);
+                }
+                if h.max_timestamp >= ts {
+                    return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
+                }
+            }
+            pos = next;
+            glommio::yield_if_needed().await;
+        }
+        // The rest of that segment may not be written yet: it is in the tail cache.
+        let inner = self.inner.borrow();
+        Ok(inner.cache.find_timestamp(from_offset, ts, hw).map(|(o, t)| (o.max(log_start), t)))
+    }
+
+    /// Max timestamp in the log and its offset (ListOffsets MAX_TIMESTAMP).
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.inner.borrow().max_timestamp
+    }
+
+    /// DeleteRecords: raises the log start to `before_offset` (-1 means the high watermark),
+    /// persists it, deletes whole segments below it. Returns the new log start.
+    pub async fn delete_records(&self, before_offset: i64) -> Result<i64, Error> {
+        let _permit = self.meta_lock.acquire_permit(1).await.map_err(|_| Error::Closed)?;
+        let (new_start, doomed) = {
+            let mut inner = self.inner.borrow_mut();
+            inner.check_open()?;
+            let hw = inner.high_watermark;
+            let target = if before_offset == -1 { hw } else { before_offset };
+            if target < 0 || target > hw {
+                return Err(Error::OffsetOutOfRange { offset: before_offset, log_start: inner.log_start, log_end: hw });
+            }
+            if target <= inner.log_start {
+                return Ok(inner.log_start);
+            }
+            inner.log_start = target;
+            inner.producers.evict_below(target);
+            inner.cache.evict_below(target);
+            let doomed = inner.take_segments_below(target);
+            inner.recompute_max_timestamp();
+            (target, doomed)
+        };
+        self.persist_and_remove(new_start, doomed).await?;
+        Ok(new_start)
+    }
+
+    /// Retention by time and size (never the active segment), plus rolling by segment.ms.
+    pub async fn enforce_retention(&self, now_ms: i64) -> Result<(), Error> {
+        let _permit = self.meta_lock.acquire_permit(1).await.map_err(|_| Error::Closed)?;
+        let (new_start, doomed) = {
+            let mut inner = self.inner.borrow_mut();
+            inner.check_open()?;
+            let segment_ms = inner.config.segment_ms;
+            let active = inner.active();
+            let roll = active.size > 0 && active.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= segment_ms);
+            if roll {
+                inner.roll(&self.dir);
+                self.flush_wakeup.notify_all();
+            }
+            let summaries: Vec<SegmentSummary> = inner
+                .segments
+                .values()
+                .map(|s| SegmentSummary { size: s.size, max_timestamp: s.max_timestamp, deletable: s.complete })
+                .collect();
+            let n = segments_to_delete(&summaries, &inner.config, now_ms);
+            let Some(&new_start) = inner.segments.keys().nth(n) else { return Ok(()) };
+            if n == 0 || new_start <= inner.log_start {
+                return Ok(());
+            }
+            // Complete segments are durable, so this never passes the high watermark.
+            assert!(new_start <= inner.high_watermark, "retention must not pass the high watermark");
+            inner.log_start = new_start;
+            inner.producers.evict_below(new_start);
+            inner.cache.evict_below(new_start);
+            let doomed = inner.take_segments_below(new_start);
+            inner.recompute_max_timestamp();
+            (new_start, doomed)
+        };
+        self.persist_and_remove(new_start, doomed).await
+    }
+
+    /// Persists the log start before unlinking: a crash in between leaves files below the
+    /// log start, which recovery deletes, never a log start below missing data.
+    async fn persist_and_remove(&self, log_start: i64, doomed: Vec<i64>) -> Result<(), Error> {
+        state_file::write_log_start(&self.dir, log_start).await?;
+        for base in doomed {
+            remove_segment_files(&self.dir, base)?;
+        }
+        Ok(())
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        if let Err(e) = self.try_set_config(config) {
+            tracing::warn!(error = %e, dir = %self.dir.display(), "ignoring invalid log config");
+        }
+    }
+
+    pub fn try_set_config(&self, config: LogConfig) -> Result<(), Error> {
+        config.validate()?;
+        self.inner.borrow_mut().config = config;
+        self.flush_wakeup.notify_all();
+        Ok(())
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.inner.borrow().config.clone()
+    }
+
+    /// Flushes and fsyncs everything, writes the active segment's indexes, a producer
+    /// snapshot and the log start, and stops the flusher. Idempotent.
+    pub async fn close(&self) -> Result<(), Error> {
+        {
+            let mut inner = self.inner.borrow_mut();
+            if inner.closed || inner.closing {
+                return Ok(());
+            }
+            inner.closing = true;
+        }
+        self.flush_wakeup.notify_all();
+        while self.flusher_running.get() {
+            let listener = self.flusher_done.listen();
+            if !self.flusher_running.get() {
+                break;
+            }
+            listener.await;
+        }
+        self.flusher.borrow_mut().take();
+        let result = self.write_close_state().await;
+        self.inner.borrow_mut().closed = true;
+        self.progress.notify_all();
+        result
+    }
+
+    async fn write_close_state(&self) -> Result<(), Error> {
+        let (base, index, time_index, snapshot, log_start) = {
+            let mut inner = self.inner.borrow_mut();
+            if let Some(e) = &inner.failed {
+                return Err(e.clone());
+            }
+            let next = inner.next_offset;
+            let snapshot = inner.producers.snapshot(next);
+            let log_start = inner.log_start;
+            let seg = inner.active();
+            (seg.base_offset, seg.index.clone(), seg.time_index.clone(), snapshot, log_start)
+        };
+        if self.inner.borrow().segments.get(&base).is_some_and(|s| s.file.is_some()) {
+            write_indexes(&self.dir, base, &index, &time_index).await?;
+        }
+        write_producer_snapshot(&self.dir, &snapshot).await?;
+        state_file::write_log_start(&self.dir, log_start).await
+    }
+
+    /// close + remove the directory (DeleteTopics).
+    pub async fn delete(&self) -> Result<(), Error> {
+        if let Err(e) = self.close().await {
+            tracing::warn!(error = %e, "flush failed while deleting the partition; deleting anyway");
+        }
+        std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, "remove dir", e))
+    }
+
+    // ---- flusher ----
+
+    async fn run_flusher(self: Rc<Self>) {
+        let mut last_sync = Instant::now();
+        let mut last_write = Instant::now();
+        loop {
+            let wakeup = self.flush_wakeup.listen();
+            let step = {
+                let inner = self.inner.borrow();
+                if inner.failed.is_some() {
+                    break;
+                }
+                let now = Instant::now();
+                let unwritten = inner.staged_bytes();
+                let has_sealed = inner.segments.values().any(|s| s.sealed && !s.complete);
+                let dirty = unwritten > 0 || inner.durable_offset < inner.next_offset;
+                if inner.closing {
+                    Step::Final
+                } else if has_sealed {
+                    Step::Flush { sync: inner.config.flush_policy == FlushPolicy::Sync }
+                } else {
+                    match inner.config.flush_policy {
+                        FlushPolicy::Sync if dirty => Step::Flush { sync: true },
+                        FlushPolicy::Sync => Step::Wait { until: None },
+                        _ if unwritten >= STAGING_WRITE_THRESHOLD_BYTES as u64 => Step::Flush { sync: false },
+                        FlushPolicy::IntervalMs(ms) => {
+                            let deadline = last_sync + Duration::from_millis(ms);
+                            if !dirty {
+                                Step::Wait { until: None }
+                            } else if now >= deadline {
+                                Step::Flush { sync: true }
+                            } else {
+                                Step::Wait { until: Some(deadline) }
+                            }
+                        }
+                        FlushPolicy::Never => {
+                            let deadline = last_write + Duration::from_millis(NEVER_POLICY_WRITE_INTERVAL_MS);
+                            if unwritten == 0 {
+                                Step::Wait { until: None }
+                            } else if now >= deadline {
+                                Step::Flush { sync: false }
+                            } else {
+                                Step::Wait { until: Some(deadline) }
+                            }
+                        }
+                    }
+                }
+            };
+            match step {
+                Step::Final => {
+                    if let Err(e) = self.flush_pass(true).await {
+                        self.fail(e);
+                    }
+                    break;
+                }
+                Step::Flush { sync } => {
+                    if let Err(e) = self.flush_pass(sync).await {
+                        self.fail(e);
+                        break;
+                    }
+                    last_write = Instant::now();
+                    if sync {
+                        last_sync = last_write;
+                    }
+                }
+                Step::Wait { until: None } => wakeup.await,
+                Step::Wait { until: Some(deadline) } => {
+                    let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                    futures_lite::future::or(wakeup, sleep).await;
+                }
+            }
+        }
+        self.flusher_running.set(false);
+        self.flusher_done.notify_all();
+        self.progress.notify_all();
+    }
+
+    fn fail(&self, e: Error) {
+        tracing::error!(error = %e, dir = %self.dir.display(), "flush failed; partition is poisoned");
+        self.inner.borrow_mut().failed = Some(e);
+        self.progress.notify_all();
+    }
+
+    /// Writes (and, if `sync` or the segment is sealed, fsyncs) every incomplete segment
+    /// in offset order, finishing sealed ones.
+    async fn flush_pass(&self, sync: bool) -> Result<(), Error> {
+        loop {
+            let (base, file, path, data, start, end_offset, size, sealed, prealloc) = {
+                let inner = self.inner.borrow();
+                let Some(seg) = inner.segments.values().find(|s| !s.complete) else { return Ok(()) };
+                let data = if seg.unwritten() > 0 { seg.staging.clone() } else { Vec::new() };
+                let prealloc = inner.config.preallocate_bytes.min(inner.config.segment_bytes);
+                (
+                    seg.base_offset,
+                    seg.file.clone(),
+                    seg.path.clone(),
+                    data,
+                    seg.staging_start,
+                    seg.next_offset,
+                    seg.size,
+                    seg.sealed,
+                    prealloc,
+                )
+            };
+            if !sealed && data.is_empty() && !sync {
+                return Ok(());
+            }
+            let file = match file {
+                Some(f) => f,
+                None => {
+                    let f = self.fs.open_segment(&path, true).await.map_err(|e| Error::io(&path, "create", e))?;
+                    if prealloc > 0 {
+                        f.pre_allocate(prealloc).await.map_err(|e| Error::io(&path, "fallocate", e))?;
+                    }
+                    // The new file's directory entry must be durable before data in it counts.
+                    state_file::sync_dir(&self.dir).await?;
+                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                        seg.file = Some(Rc::clone(&f));
+                    }
+                    f
+                }
+            };
+            if !data.is_empty() {
+                file.write_at(&data, start).await.map_err(|e| Error::io(&path, "write", e))?;
+                let mut inner = self.inner.borrow_mut();
+                if let Some(seg) = inner.segments.get_mut(&base) {
+                    seg.written_through(start, data.len(), file.alignment());
+                }
+                inner.written_offset = inner.written_offset.max(end_offset);
+                let limit = inner.config.tail_cache_bytes;
+                let written = inner.written_offset;
+                inner.cache.evict(limit, written);
+            }
+            if sync || sealed {
+                // Everything up to `end_offset` was in `data` or written before: one fsync
+                // covers every batch staged when this pass copied the buffer (group commit).
+                file.sync_data().await.map_err(|e| Error::io(&path, "fdatasync", e))?;
+                self.inner.borrow_mut().advance_durable(end_offset);
+                self.progress.notify_all();
+            }
+            if !sealed {
+                return Ok(());
+            }
+            // Finish the sealed segment: cut the preallocated tail, then (data durable first)
+            // its index files and the producer snapshot as of its end.
+            file.truncate(size).await.map_err(|e| Error::io(&path, "truncate", e))?;
+            file.sync_data().await.map_err(|e| Error::io(&path, "fdatasync", e))?;
+            let (index, time_index, snapshot) = {
+                let mut inner = self.inner.borrow_mut();
+                let Some(seg) = inner.segments.get_mut(&base) else { continue };
+                (seg.index.clone(), seg.time_index.clone(), seg.snapshot_at_seal.take())
+            };
+            write_indexes(&self.dir, base, &index, &time_index).await?;
+            if let Some(snapshot) = snapshot {
+                write_producer_snapshot(&self.dir, &snapshot).await?;
+            }
+            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                seg.complete = true;
+                seg.staging = Vec::new();
+            }
+            glommio::yield_if_needed().await;
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Opening a partition directory after a clean or unclean shutdown.
+//!
+//! - Closed segments: their `.index`/`.timeindex` are trusted if sane (whole entries,
+//!   monotonic, inside the file); a missing or insane one is rebuilt by scanning the segment.
+//!   Startup does not read closed segments' data otherwise, so it costs O(active segment).
+//! - The active (last) segment is scanned from its last usable index entry (or from where
+//!   the producer snapshot ends, if earlier): every batch's length and CRC are checked
+//!   (`BatchIter`) and base offsets must be contiguous. The file is cut at the first invalid
+//!   byte (a torn write, a flipped bit, garbage), then re-preallocated, so stale bytes past
+//!   the logical end can never be read back as data. Its index files are deleted if they
+//!   described bytes that were cut.
+//! - A non-last segment found invalid while rebuilding becomes the end of the log: later
+//!   segments are deleted, because offsets must stay contiguous.
+//! - Producer state: the latest snapshot plus replay of batch headers after it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::file_io::{FileSystem, SegmentFile};
+use super::index::OffsetIndex;
+use super::producer_state::{BatchIdentity, ProducerSnapshot, ProducerStateTable};
+use super::segment::{parse_segment_name, segment_path, Segment, BATCH_READ_BYTES_MAX};
+use super::state_file::{self, decode, read_raw, unframe};
+use super::time_index::TimeIndex;
+use super::{Error, LogConfig, READ_CHUNK_BYTES_MAX};
+use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
+
+pub(crate) const PRODUCER_SNAPSHOT_FILE: &str = "producer_state.snapshot";
+
+pub(crate) struct Recovered {
+    pub segments: BTreeMap<i64, Segment>,
+    pub log_start: i64,
+    pub next_offset: i64,
+    pub producers: ProducerStateTable,
+}
+
+pub(crate) fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
+    let path = dir.join(PRODUCER_SNAPSHOT_FILE);
+    let Some(bytes) = read_raw(&path)? else { return Ok(None) };
+    let payload = unframe(&path, &bytes)?;
+    decode::<ProducerSnapshot>(&path, payload).map(Some)
+}
+
+pub(crate) async fn write_producer_snapshot(dir: &Path, s: &ProducerSnapshot) -> Result<(), Error> {
+    let path = dir.join(PRODUCER_SNAPSHOT_FILE);
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(s).map_err(|e| Error::corruption(&path, 0, e.to_string()))?;
+    state_file::write_atomic(dir, PRODUCER_SNAPSHOT_FILE, state_file::frame(&payload)).await
+}
+
+/// Writes a segment's index files atomically (call only once its data is durable).
+pub(crate) async fn write_indexes(dir: &Path, base_offset: i64, index: &OffsetIndex, time_index: &TimeIndex) -> Result<(), Error> {
+    state_file::write_atomic(dir, &format!("{base_offset:020}.index"), index.encode()).await?;
+    state_file::write_atomic(dir, &format!("{base_offset:020}.timeindex"), time_index.encode()).await
+}
+
+fn remove_if_exists(path: &Path) -> Result<(), Error> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, "remove", e)),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
+    for ext in ["log", "index", "timeindex"] {
+        remove_if_exists(&segment_path(dir, base_offset, ext))?;
+    }
+    Ok(())
+}
+
+/// Scans batches from `pos` to at most `file_len`, calling `on_batch` for each valid one
+/// whose base offset continues the sequence from `expected_base`. Returns the end of the
+/// valid prefix. Reads are bounded by `READ_CHUNK_BYTES_MAX` (or one batch, if larger).
+pub(crate) async fn scan_valid(
+    file: &dyn SegmentFile,
+    path: &Path,
+    mut pos: u64,
+    file_len: u64,
+    mut expected_base: i64,
+    mut on_batch: impl FnMut(&BatchHeader, u64),
+) -> Result<u64, Error> {
+    let mut len = READ_CHUNK_BYTES_MAX;
+    while pos < file_len {
+        let len_now = (len as u64).min(file_len - pos) as usize;
+        let buf = file.read_at(pos, len_now).await.map_err(|e| Error::io(path, "read", e))?;
+        let at_file_end = pos + buf.len() as u64 >= file_len;
+        let mut consumed = 0usize;
+        let mut need_more = false;
+        let mut invalid = false;
+        for item in BatchIter::new(&buf) {
+            match item {
+                Ok((at, h)) => {
+                    if h.base_offset != expected_base {
+                        invalid = true;
+                        break;
+                    }
+                    on_batch(&h, pos + at as u64);
+                    expected_base = h.last_offset() + 1;
+                    consumed = at + h.total_len();
+                }
+                Err(BatchError::Truncated { .. }) if !at_file_end => {
+                    need_more = true;
+                    break;
+                }
+                Err(_) => {
+                    invalid = true;
+                    break;
+                }
+            }
+        }
+        pos += consumed as u64;
+        if invalid {
+            return Ok(pos);
+        }
+        len = READ_CHUNK_BYTES_MAX;
+        if need_more && consumed == 0 {
+            // One batch larger than the read: size the next read to it, if it is plausible.
+            match buf.get(..BATCH_HEADER_LEN).map(BatchHeader::parse) {
+                Some(Ok(h)) if h.total_len() <= BATCH_READ_BYTES_MAX && pos + h.total_len() as u64 <= file_len => {
+                    len = h.total_len();
+                }
+                _ => return Ok(pos),
+            }
+        }
+        glommio::yield_if_needed().await;
+    }
+    Ok(pos)
+}
+
+fn load_index(dir: &Path, base: i64, file_len: u64, max_rel: u64) -> Option<(OffsetIndex, TimeIndex)> {
+    let idx_path = segment_path(dir, base, "index");
+    let tidx_path = segment_path(dir, base, "timeindex");
+    let index_bytes = read_raw(&idx_path).ok()??;
+    let time_bytes = read_raw(&tidx_path).ok()??;
+    let index = match OffsetIndex::decode(&index_bytes, file_len, max_rel) {
+        Ok(i) => i,
+        Err(why) => {
+            tracing::warn!(path = %idx_path.display(), %why, "index is not sane; rebuilding");
+            return None;
+        }
+    };
+    let time_index = match TimeIndex::decode(&time_bytes, max_rel) {
+        Ok(t) => t,
+        Err(why) => {
+            tracing::warn!(path = %tidx_path.display(), %why, "time index is not sane; rebuilding");
+            return None;
+        }
+    };
+    Some((index, time_index))
+}
+
+pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem) -> Result<Recovered, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create dir", e))?;
+    let mut bases = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read dir", e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, "read dir", e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            // An atomic write that never got renamed: the old file (if any) is the truth.
+            remove_if_exists(&entry.path())?;
+        } else if let Some(base) = parse_segment_name(name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+
+    let persisted_start = match state_file::read_log_start(dir) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "log start state unreadable; using the first segment");
+            None
+        }
+    };
+    let snapshot = match read_producer_snapshot(dir) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "producer snapshot unreadable; rebuilding from the active segment");
+            None
+        }
+    };
+    let mut log_start = persisted_start.unwrap_or_else(|| bases.first().copied().unwrap_or(0));
+
+    // Segments wholly below the log start were being deleted when we stopped.
+    while bases.len() > 1 && bases.get(1).is_some_and(|&next| next <= log_start) {
+        let base = bases.remove(0);
+        remove_segment_files(dir, base)?;
+    }
+
+    let mut segments = BTreeMap::new();
+    let mut producers = ProducerStateTable::default();
+    let mut i = 0;
+    while let Some(&base) = bases.get(i) {
+        let next_base = bases.get(i + 1).copied();
+        let path = segment_path(dir, base, "log");
+        let file = fs.open_segment(&path, false).await.map_err(|e| Error::io(&path, "open", e))?;
+        let file_len = file.size().await.map_err(|e| Error::io(&path, "stat", e))?;
+        let mut seg = Segment::new(dir, base);
+        if let Some(next_base) = next_base {
+            let max_rel = (next_base - base - 1).max(0) as u64;
+            if let Some((index, time_index)) = load_index(dir, base, file_len, max_rel) {
+                seg.index = index;
+                seg.time_index = time_index;
+                seg.next_offset = next_base;
+                seg.size = file_len;
+            } else {
+                let valid_end = scan_valid(&*file, &path, 0, file_len, base, |h, pos| {
+                    seg.index_batch(h, pos, config.index_interval_bytes)
+                })
+                .await?;
+                seg.size = valid_end;
+                if seg.next_offset != next_base {
+                    tracing::error!(path = %path.display(), valid_end, "closed segment invalid; truncating the log here");
+                    for &later in bases.get(i + 1..).unwrap_or_default() {
+                        remove_segment_files(dir, later)?;
+                    }
+                    bases.truncate(i + 1);
+                    continue; // Recover this segment again, now as the active one.
+                }
+                let mut sealed_indexes = (seg.index.clone(), seg.time_index.clone());
+                if seg.offset_of_max_timestamp >= base {
+                    sealed_indexes.1.maybe_push(seg.max_timestamp, seg.relative(seg.offset_of_max_timestamp));
+                }
+                seg.time_index = sealed_indexes.1.clone();
+                write_indexes(dir, base, &sealed_indexes.0, &sealed_indexes.1).await?;
+            }
+            if let Some((ts, rel)) = seg.time_index.last() {
+                seg.max_timestamp = ts;
+                seg.offset_of_max_timestamp = base + rel as i64;
+            }
+            seg.written = seg.size;
+            seg.sealed = true;
+            seg.complete = true;
+            seg.file = Some(file);
+            segments.insert(base, seg);
+            i += 1;
+            continue;
+        }
+
+        // The active segment.
+        let loaded = load_index(dir, base, file_len, u32::MAX as u64);
+        let mut index_trusted = loaded.is_some();
+        let snapshot_usable = snapshot.as_ref().filter(|s| s.next_offset >= base);
+        let mut attempt = 0;
+        let valid_end = loop {
+            attempt += 1;
+            seg = Segment::new(dir, base);
+            producers = match snapshot_usable {
+                Some(s) if attempt == 1 => ProducerStateTable::from_snapshot(s),
+                _ => ProducerStateTable::default(),
+            };
+            let replay_from = match snapshot_usable {
+                Some(s) if attempt == 1 => s.next_offset,
+                _ => base,
+            };
+            let mut start = (0u64, base);
+            if let (Some((index, time_index)), true) = (&loaded, index_trusted && attempt == 1) {
+                let target = replay_from.saturating_sub(base).clamp(0, u32::MAX as i64) as u32;
+                if let Some((rel, pos)) = index.floor_entry(target) {
+                    // Trust the entry only if a valid batch with that offset starts there.
+                    let head = file.read_at(pos as u64, BATCH_HEADER_LEN).await.map_err(|e| Error::io(&path, "read", e))?;
+                    match BatchHeader::parse(&head) {
+                        Ok(h) if h.base_offset == base + rel as i64 => {
+                            seg.index = index.clone();
+                            seg.index.truncate_to_position(pos);
+                            seg.time_index = time_index.clone();
+                            seg.time_index.truncate_to_relative(rel);
+                            if let Some((ts, r)) = seg.time_index.last() {
+                                seg.max_timestamp = ts;
+                                seg.offset_of_max_timestamp = base + r as i64;
+                            }
+                            seg.bytes_since_index = config.index_interval_bytes as u64;
+                            start = (pos as u64, base + rel as i64);
+                        }
+                        _ => index_trusted = false,
+                    }
+                }
+            }
+            seg.size = start.0;
+            let valid_end = scan_valid(&*file, &path, start.0, file_len, start.1, |h, pos| {
+                seg.index_batch(h, pos, config.index_interval_bytes);
+                if h.base_offset >= replay_from {
+                    let id = BatchIdentity {
+                        producer_id: h.producer_id,
+                        epoch: h.producer_epoch,
+                        first_seq: h.base_sequence,
+                        last_seq: h.last_sequence(),
+                    };
+                    producers.record(&id, h.base_offset, h.last_offset());
+                }
+            })
+            .await?;
+            // A snapshot claiming more than the log holds (the tail was cut): replay from 0.
+            if replay_from > seg.next_offset && attempt == 1 {
+                continue;
+            }
+            break valid_end;
+        };
+        if !index_trusted || valid_end < file_len {
+            // The index files may describe bytes we are about to cut; never trust them again.
+            remove_if_exists(&segment_path(dir, base, "index"))?;
+            remove_if_exists(&segment_path(dir, base, "timeindex"))?;
+        }
+        if valid_end < file_len {
+            tracing::warn!(path = %path.display(), valid_end, file_len, "truncating torn or invalid tail");
+        }
+        // Cut the file to the logical end even when it looks clean: the tail of the last
+        // block may hold zero padding from a previous direct-I/O write.
+        file.truncate(valid_end).await.map_err(|e| Error::io(&path, "truncate", e))?;
+        let prealloc = config.preallocate_bytes.min(config.segment_bytes);
+        if prealloc > 0 {
+            file.pre_allocate(prealloc).await.map_err(|e| Error::io(&path, "fallocate", e))?;
+        }
+        file.sync_data().await.map_err(|e| Error::io(&path, "fsync", e))?;
+        seg.size = valid_end;
+        seg.written = valid_end;
+        let align = file.alignment().max(1);
+        seg.staging_start = valid_end - valid_end % align;
+        let tail_len = (valid_end - seg.staging_start) as usize;
+        if tail_len > 0 {
+            let tail = file.read_at(seg.staging_start, tail_len).await.map_err(|e| Error::io(&path, "read", e))?;
+            if tail.len() != tail_len {
+                return Err(Error::corruption(&path, seg.staging_start, "short read of the last block"));
+            }
+            seg.staging = tail.to_vec();
+        }
+        seg.file = Some(file);
+        segments.insert(base, seg);
+        i += 1;
+    }
+
+    let next_offset = segments.values().next_back().map(|s| s.next_offset).unwrap_or(log_start);
+    if segments.is_empty() {
+        segments.insert(log_start, Segment::new(dir, log_start));
+    }
+    let first_base = segments.keys().next().copied().unwrap_or(log_start);
+    log_start = log_start.clamp(first_base, next_offset);
+    producers.evict_below(log_start);
+    Ok(Recovered { segments, log_start, next_offset, producers })
+}

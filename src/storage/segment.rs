@@ -1,0 +1,208 @@
+//! One segment: a `.log` file of contiguous Kafka v2 batches starting at `base_offset`, its
+//! sparse offset and time indexes in memory, and (while it is the active segment or not yet
+//! fully written) the bytes staged for the flusher.
+//!
+//! Staging: `staging` holds the file bytes from `staging_start` (aligned down) to `size`.
+//! It always begins with the partial last block already on disk, so a flush rewrites that
+//! block whole, with the new data after it (direct I/O cannot write part of a block). After
+//! a write, the fully written aligned prefix is dropped from the front; appends only ever
+//! extend the back, so a flush in flight never sees bytes move under it.
+//!
+//! Invariants: `written <= size`; `staging_start + staging.len() == size`; offsets in the
+//! segment are `[base_offset, next_offset)`; `size` fits in u32 (index positions).
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::file_io::SegmentFile;
+use super::index::OffsetIndex;
+use super::producer_state::ProducerSnapshot;
+use super::time_index::TimeIndex;
+use super::{Error, READ_CHUNK_BYTES_MAX, READ_CHUNK_BYTES_MIN};
+use crate::protocol::record_batch::{validate, BatchHeader, BATCH_HEADER_LEN};
+
+pub(crate) fn segment_path(dir: &Path, base_offset: i64, ext: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}.{ext}"))
+}
+
+/// Parses `<20 digits>.log`.
+pub(crate) fn parse_segment_name(name: &str) -> Option<i64> {
+    let stem = name.strip_suffix(".log")?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    /// One past the last offset stored.
+    pub next_offset: i64,
+    /// Logical bytes (staged or written).
+    pub size: u64,
+    /// Bytes handed to the file (maybe not yet fsynced).
+    pub written: u64,
+    /// Opened lazily by the flusher (creation is async; append is not).
+    pub file: Option<Rc<dyn SegmentFile>>,
+    pub path: PathBuf,
+    pub index: OffsetIndex,
+    pub time_index: TimeIndex,
+    pub bytes_since_index: u64,
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+    pub staging: Vec<u8>,
+    pub staging_start: u64,
+    /// No more appends; the flusher finishes it (fsync, truncate, index files).
+    pub sealed: bool,
+    /// Sealed, durable, truncated to size, index files written: safe to delete or trust.
+    pub complete: bool,
+    /// Wall time of the first append, for segment.ms.
+    pub first_append_ms: Option<i64>,
+    /// Producer state as of `next_offset`, written by the flusher once this segment is durable.
+    pub snapshot_at_seal: Option<ProducerSnapshot>,
+}
+
+impl Segment {
+    pub(crate) fn new(dir: &Path, base_offset: i64) -> Self {
+        Self {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            written: 0,
+            file: None,
+            path: segment_path(dir, base_offset, "log"),
+            index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            bytes_since_index: 0,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            staging: Vec::new(),
+            staging_start: 0,
+            sealed: false,
+            complete: false,
+            first_append_ms: None,
+            snapshot_at_seal: None,
+        }
+    }
+
+    pub(crate) fn relative(&self, offset: i64) -> u32 {
+        let rel = offset - self.base_offset;
+        assert!((0..=u32::MAX as i64).contains(&rel), "offset {offset} outside segment {}", self.base_offset);
+        rel as u32
+    }
+
+    pub(crate) fn unwritten(&self) -> u64 {
+        self.size - self.written
+    }
+
+    /// Updates the indexes for one batch stored at `position` (shared by append and recovery).
+    pub(crate) fn index_batch(&mut self, h: &BatchHeader, position: u64, index_interval_bytes: u32) {
+        if h.max_timestamp > self.max_timestamp {
+            self.max_timestamp = h.max_timestamp;
+            self.offset_of_max_timestamp = h.last_offset();
+        }
+        if self.bytes_since_index >= index_interval_bytes as u64 || self.index.len() == 0 && position == 0 {
+            let rel = self.relative(h.base_offset);
+            let need = self.index.last().map(|(r, _)| rel > r).unwrap_or(true);
+            if need {
+                self.index.push(rel, position as u32);
+                if self.offset_of_max_timestamp >= self.base_offset {
+                    let r = self.relative(self.offset_of_max_timestamp);
+                    self.time_index.maybe_push(self.max_timestamp, r);
+                }
+                self.bytes_since_index = 0;
+            }
+        }
+        self.bytes_since_index += h.total_len() as u64;
+        self.next_offset = h.last_offset() + 1;
+    }
+
+    /// Stages one batch (already patched) at the end of the segment.
+    pub(crate) fn append(&mut self, bytes: &[u8], h: &BatchHeader, index_interval_bytes: u32, now_ms: i64) {
+        assert!(h.base_offset == self.next_offset, "offsets must be contiguous");
+        let position = self.size;
+        self.index_batch(h, position, index_interval_bytes);
+        self.staging.extend_from_slice(bytes);
+        self.size += bytes.len() as u64;
+        self.first_append_ms.get_or_insert(now_ms);
+    }
+
+    /// Seals the segment: the time index gets a final entry so its last entry is the
+    /// segment's largest timestamp (what retention and recovery read back).
+    pub(crate) fn seal(&mut self, snapshot: ProducerSnapshot) {
+        if self.offset_of_max_timestamp >= self.base_offset {
+            let r = self.relative(self.offset_of_max_timestamp);
+            self.time_index.maybe_push(self.max_timestamp, r);
+        }
+        self.sealed = true;
+        self.snapshot_at_seal = Some(snapshot);
+    }
+
+    /// After `len` staged bytes starting at `start` were written: drop the fully written
+    /// aligned prefix, keep the partial last block for the next rewrite.
+    pub(crate) fn written_through(&mut self, start: u64, len: usize, alignment: u64) {
+        let end = start + len as u64;
+        self.written = self.written.max(end);
+        let keep_from = end - end % alignment.max(1);
+        let drop = (keep_from.saturating_sub(self.staging_start)) as usize;
+        let drop = drop.min(self.staging.len());
+        self.staging.drain(..drop);
+        self.staging_start += drop as u64;
+    }
+}
+
+/// Reads whole batches from `file` starting at `pos`, never past `end`. Returns the batches
+/// found in one read (at least one if any starts before `end`, re-reading larger when the
+/// first batch does not fit) and the position after them. Every batch is CRC-checked:
+/// bytes from disk are not trusted.
+pub(crate) async fn read_batches(
+    file: &dyn SegmentFile,
+    path: &Path,
+    pos: u64,
+    end: u64,
+    want_bytes: usize,
+) -> Result<(Vec<(BatchHeader, Bytes)>, u64), Error> {
+    let mut len = want_bytes.clamp(READ_CHUNK_BYTES_MIN, READ_CHUNK_BYTES_MAX);
+    loop {
+        if pos >= end {
+            return Ok((Vec::new(), pos));
+        }
+        let len_now = (len as u64).min(end - pos) as usize;
+        let buf = file.read_at(pos, len_now).await.map_err(|e| Error::io(path, "read", e))?;
+        if buf.len() < len_now {
+            return Err(Error::corruption(path, pos + buf.len() as u64, "file shorter than the segment"));
+        }
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        while let Some(rest) = buf.get(at..).filter(|r| r.len() >= BATCH_HEADER_LEN) {
+            let here = pos + at as u64;
+            let h = BatchHeader::parse(rest).map_err(|e| Error::corruption(path, here, e.to_string()))?;
+            let total = h.total_len();
+            if here + total as u64 > end {
+                return Err(Error::corruption(path, here, "batch extends past the segment end"));
+            }
+            let Some(one) = rest.get(..total) else { break };
+            let h = validate(one).map_err(|e| Error::corruption(path, here, e.to_string()))?;
+            out.push((h, buf.slice(at..at + total)));
+            at += total;
+        }
+        if !out.is_empty() {
+            return Ok((out, pos + at as u64));
+        }
+        // The first batch did not fit in this read: read again, sized to it.
+        let need = match buf.get(..BATCH_HEADER_LEN) {
+            Some(head) => BatchHeader::parse(head).map_err(|e| Error::corruption(path, pos, e.to_string()))?.total_len(),
+            None => BATCH_HEADER_LEN,
+        };
+        if need as u64 > end - pos || need > BATCH_READ_BYTES_MAX || need <= len_now {
+            return Err(Error::corruption(path, pos, "truncated or oversized batch"));
+        }
+        len = need;
+    }
+}
+
+/// No batch read back from disk may be larger than this (bounds the buffer a corrupt
+/// length field can make us allocate).
+pub(crate) const BATCH_READ_BYTES_MAX: usize = super::STAGING_BYTES_MAX;

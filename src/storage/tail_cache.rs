@@ -1,0 +1,93 @@
+//! Recent batches kept in memory as `Bytes`, so fetches at the tail never touch the disk.
+//!
+//! Invariants: entries are contiguous in offset order and end at the log end; an entry is
+//! evicted only from the front, only when over `tail_cache_bytes`, and only once its bytes
+//! are written to the segment file (`written_offset`), so unwritten data is always readable.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+#[derive(Debug, Clone)]
+pub(crate) struct CachedBatch {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub bytes: Bytes,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct TailCache {
+    batches: VecDeque<CachedBatch>,
+    bytes: usize,
+}
+
+impl TailCache {
+    /// First offset served from memory; `None` if empty.
+    pub(crate) fn first_offset(&self) -> Option<i64> {
+        self.batches.front().map(|b| b.base_offset)
+    }
+
+    pub(crate) fn push(&mut self, batch: CachedBatch) {
+        if let Some(last) = self.batches.back() {
+            assert!(batch.base_offset == last.last_offset + 1, "tail cache must stay contiguous");
+        }
+        self.bytes += batch.bytes.len();
+        self.batches.push_back(batch);
+    }
+
+    pub(crate) fn evict(&mut self, limit_bytes: usize, written_offset: i64) {
+        while self.bytes > limit_bytes {
+            match self.batches.front() {
+                Some(b) if b.last_offset < written_offset => {
+                    self.bytes -= b.bytes.len();
+                    self.batches.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// Drops batches wholly below the log start.
+    pub(crate) fn evict_below(&mut self, log_start: i64) {
+        while let Some(b) = self.batches.front() {
+            if b.last_offset >= log_start {
+                break;
+            }
+            self.bytes -= b.bytes.len();
+            self.batches.pop_front();
+        }
+    }
+
+    /// Whole batches from the one containing `offset`, below `high_watermark`, up to
+    /// `max_bytes` but at least one (KIP-74).
+    pub(crate) fn read(&self, offset: i64, max_bytes: usize, high_watermark: i64) -> Vec<Bytes> {
+        let start = self.batches.partition_point(|b| b.last_offset < offset);
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        for b in self.batches.range(start..) {
+            if b.base_offset >= high_watermark {
+                break;
+            }
+            if !out.is_empty() && total + b.bytes.len() > max_bytes {
+                break;
+            }
+            total += b.bytes.len();
+            out.push(b.bytes.clone());
+            if total >= max_bytes {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The first batch at or after `from_offset` with max timestamp >= `timestamp`.
+    pub(crate) fn find_timestamp(&self, from_offset: i64, timestamp: i64, high_watermark: i64) -> Option<(i64, i64)> {
+        let start = self.batches.partition_point(|b| b.last_offset < from_offset);
+        self.batches
+            .range(start..)
+            .take_while(|b| b.base_offset < high_watermark)
+            .find(|b| b.max_timestamp >= timestamp)
+            .map(|b| (b.base_offset, b.max_timestamp))
+    }
+}

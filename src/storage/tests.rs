@@ -1,0 +1,1 @@
+//! Storage integration tests (filled below).
