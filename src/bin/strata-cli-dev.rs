@@ -22,10 +22,15 @@ enum Command {
     Consume(ConsumeArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() {
+    let result = match Cli::parse().command {
         Command::Topic(cmd) => strata::cli::run_topic(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
+    };
+    // `{:#}` prints the error chain on one line, without anyhow's backtrace.
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
     }
 }

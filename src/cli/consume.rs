@@ -103,23 +103,45 @@ fn lossy(b: &Option<bytes::Bytes>) -> Option<String> {
     b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
+/// One `--format json` line; field order is the documented one (serde keeps struct order).
+#[derive(serde::Serialize)]
+struct JsonRecord<'a> {
+    topic: &'a str,
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    key: Option<String>,
+    value: Option<String>,
+    headers: Vec<JsonHeader<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonHeader<'a> {
+    key: &'a str,
+    value: Option<String>,
+}
+
 /// One record as the JSON output line (without the newline).
 pub(crate) fn record_json(topic: &str, partition: i32, r: &ConsumedRecord) -> String {
-    let headers: Vec<serde_json::Value> = r
-        .headers
-        .iter()
-        .map(|(k, v)| serde_json::json!({ "key": k, "value": lossy(v) }))
-        .collect();
-    serde_json::json!({
-        "topic": topic,
-        "partition": partition,
-        "offset": r.offset,
-        "timestamp": r.timestamp_ms,
-        "key": lossy(&r.key),
-        "value": lossy(&r.value),
-        "headers": headers,
-    })
-    .to_string()
+    let record = JsonRecord {
+        topic,
+        partition,
+        offset: r.offset,
+        timestamp: r.timestamp_ms,
+        key: lossy(&r.key),
+        value: lossy(&r.value),
+        headers: r
+            .headers
+            .iter()
+            .map(|(k, v)| JsonHeader {
+                key: k,
+                value: lossy(v),
+            })
+            .collect(),
+    };
+    // Serializing plain strings and integers cannot fail; fall back to an empty object anyway
+    // rather than panicking.
+    serde_json::to_string(&record).unwrap_or_else(|_| "{}".to_owned())
 }
 
 struct Position {
@@ -339,8 +361,9 @@ mod tests {
                 ("n".into(), None),
             ],
         };
-        let v: serde_json::Value =
-            serde_json::from_str(&record_json("t", 2, &r)).expect("valid json");
+        let line = record_json("t", 2, &r);
+        assert!(line.starts_with(r#"{"topic":"t","partition":2,"offset":7,"timestamp":"#));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("valid json");
         assert_eq!(
             v,
             serde_json::json!({

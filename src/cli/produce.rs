@@ -233,14 +233,14 @@ pub(super) fn run(args: ProduceArgs) -> anyhow::Result<()> {
         producer.flush(*partition, buffer)?;
     }
     eprintln!(
-        "produced {} record(s) in {} batch(es), {} bytes on the wire, to {} in {:.1} ms (acks={}, compression={:?})",
+        "produced {} record(s) in {} batch(es), {} bytes on the wire, to {} in {:.1} ms (acks={}, compression={})",
         producer.records_sent,
         producer.batches_sent,
         producer.bytes_sent,
         args.topic,
         started.elapsed().as_secs_f64() * 1000.0,
         producer.options.acks.code(),
-        args.compression,
+        format!("{:?}", args.compression).to_lowercase(),
     );
     Ok(())
 }

@@ -136,6 +136,19 @@ pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether a config was set on the topic rather than inherited. Kafka reports topic overrides
+/// as DYNAMIC_TOPIC_CONFIG; some compatible brokers report UNKNOWN, so only sources that are
+/// certainly inherited are hidden.
+fn is_topic_override(source: ConfigSource) -> bool {
+    !matches!(
+        source,
+        ConfigSource::Default
+            | ConfigSource::StaticBroker
+            | ConfigSource::DynamicBroker
+            | ConfigSource::DynamicDefaultBroker
+    )
+}
+
 fn join(ids: &[i32]) -> String {
     ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
 }
@@ -158,14 +171,18 @@ fn describe(client: &mut Client, name: &str, all_configs: bool) -> anyhow::Resul
         Ok(configs) => {
             let shown: Vec<String> = configs
                 .iter()
-                .filter(|c| all_configs || c.source == ConfigSource::DynamicTopic)
+                .filter(|c| all_configs || is_topic_override(c.source))
                 .map(|c| {
                     let value = if c.sensitive {
                         "(sensitive)"
                     } else {
                         c.value.as_deref().unwrap_or("(null)")
                     };
-                    format!("{}={}", c.name, value)
+                    if all_configs {
+                        format!("{}={} ({:?})", c.name, value, c.source)
+                    } else {
+                        format!("{}={}", c.name, value)
+                    }
                 })
                 .collect();
             writeln!(out, "Configs: {}", shown.join(","))?;

@@ -115,7 +115,10 @@ impl BatchHeader {
     #[allow(clippy::indexing_slicing)] // length checked on the first line
     pub fn parse(buf: &[u8]) -> Result<Self, BatchError> {
         if buf.len() < BATCH_HEADER_LEN {
-            return Err(BatchError::Truncated { need: BATCH_HEADER_LEN, have: buf.len() });
+            return Err(BatchError::Truncated {
+                need: BATCH_HEADER_LEN,
+                have: buf.len(),
+            });
         }
         let batch_length = read_i32(buf, BATCH_LENGTH_POS);
         if (batch_length as i64) < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i64 {
@@ -186,9 +189,15 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(buf)?;
     if header.total_len() != buf.len() {
         return Err(if header.total_len() > buf.len() {
-            BatchError::Truncated { need: header.total_len(), have: buf.len() }
+            BatchError::Truncated {
+                need: header.total_len(),
+                have: buf.len(),
+            }
         } else {
-            BatchError::BadLength { len: header.batch_length as i64, min: BATCH_HEADER_LEN }
+            BatchError::BadLength {
+                len: header.batch_length as i64,
+                min: BATCH_HEADER_LEN,
+            }
         });
     }
     if header.magic != MAGIC_V2 {
@@ -196,7 +205,10 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     }
     let computed = compute_crc(buf);
     if computed != header.crc {
-        return Err(BatchError::BadCrc { stored: header.crc, computed });
+        return Err(BatchError::BadCrc {
+            stored: header.crc,
+            computed,
+        });
     }
     if header.records_count < 0 {
         return Err(BatchError::BadRecordCount(header.records_count));
@@ -276,7 +288,10 @@ impl<'a> Iterator for BatchIter<'a> {
         };
         let len = header.total_len();
         let Some(one) = rest.get(..len) else {
-            return Some(Err(BatchError::Truncated { need: len, have: rest.len() }));
+            return Some(Err(BatchError::Truncated {
+                need: len,
+                have: rest.len(),
+            }));
         };
         match validate(one) {
             Ok(h) => {
