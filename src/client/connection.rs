@@ -320,3 +320,127 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::MetadataRequest;
+    use kafka_protocol::protocol::decode_request_header_from_buffer;
+    use std::net::TcpListener;
+    use std::thread;
+
+    type Reply = Box<dyn FnOnce(&RequestHeader) -> Vec<u8> + Send>;
+
+    /// A one-connection fake broker: for each request in turn, reads it and writes the bytes
+    /// the next script step returns.
+    fn fake_broker(script: Vec<Reply>) -> (String, thread::JoinHandle<Vec<RequestHeader>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let handle = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("accept");
+            let mut seen = Vec::new();
+            for step in script {
+                let mut size = [0u8; 4];
+                if stream.read_exact(&mut size).is_err() {
+                    break;
+                }
+                let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+                stream.read_exact(&mut body).expect("body");
+                let mut body = Bytes::from(body);
+                let header = decode_request_header_from_buffer(&mut body).expect("header");
+                let reply = step(&header);
+                stream.write_all(&reply).expect("reply");
+                seen.push(header);
+            }
+            seen
+        });
+        (addr, handle)
+    }
+
+    fn frame(correlation_id: i32, body: impl Encodable, version: i16) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&correlation_id.to_be_bytes()); // response header v0
+        body.encode(&mut buf, version).expect("encode");
+        let mut out = (buf.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(&buf);
+        out
+    }
+
+    fn versions(keys: &[(ApiKey, i16, i16)], error_code: i16) -> ApiVersionsResponse {
+        ApiVersionsResponse::default()
+            .with_error_code(error_code)
+            .with_api_keys(
+                keys.iter()
+                    .map(|&(k, min, max)| {
+                        ApiVersion::default()
+                            .with_api_key(k as i16)
+                            .with_min_version(min)
+                            .with_max_version(max)
+                    })
+                    .collect(),
+            )
+    }
+
+    #[test]
+    fn falls_back_to_api_versions_v0_and_negotiates_min_of_maxima() {
+        // Proves: an UNSUPPORTED_VERSION answer (v0 body) makes the client retry ApiVersions at
+        // v0, correlation ids advance, and the chosen version is min(our max, broker max).
+        let keys = [(ApiKey::ApiVersions, 0, 2), (ApiKey::Metadata, 1, 9)];
+        let script: Vec<Reply> = vec![
+            Box::new(move |h| frame(h.correlation_id, versions(&keys, UNSUPPORTED_VERSION), 0)),
+            Box::new(move |h| {
+                assert_eq!(h.request_api_version, 0);
+                frame(h.correlation_id, versions(&keys, 0), 0)
+            }),
+        ];
+        let (addr, broker) = fake_broker(script);
+        let conn = Connection::connect(&addr, "test", Timeouts::default()).expect("connect");
+        assert_eq!(conn.version_for::<MetadataRequest>(Some(12)).expect("v"), 9);
+        assert_eq!(conn.version_for::<MetadataRequest>(Some(4)).expect("v"), 4);
+        assert!(matches!(
+            conn.version_for::<kafka_protocol::messages::ProduceRequest>(None),
+            Err(ClientError::UnsupportedApi { .. })
+        ));
+        let seen = broker.join().expect("broker");
+        assert_eq!(seen.len(), 2);
+        assert_eq!(
+            seen[0].request_api_version,
+            ApiVersionsRequest::VERSIONS.max
+        );
+        assert!(seen[1].correlation_id > seen[0].correlation_id);
+    }
+
+    #[test]
+    fn oversized_and_mismatched_responses_are_errors() {
+        // Proves the response size bound is checked before allocating, and a response carrying
+        // another request's correlation id is refused.
+        let keys = [(ApiKey::ApiVersions, 0, 4), (ApiKey::Metadata, 0, 12)];
+        let script: Vec<Reply> = vec![
+            Box::new(move |h| frame(h.correlation_id, versions(&keys, 0), h.request_api_version)),
+            Box::new(|_| ((RESPONSE_BYTES_MAX + 1) as i32).to_be_bytes().to_vec()),
+        ];
+        let (addr, broker) = fake_broker(script);
+        let mut conn = Connection::connect(&addr, "test", Timeouts::default()).expect("connect");
+        let err = conn
+            .send(&MetadataRequest::default(), 4)
+            .expect_err("too large");
+        assert!(matches!(err, ClientError::ResponseTooLarge { .. }), "{err}");
+        broker.join().expect("broker");
+
+        let script: Vec<Reply> = vec![
+            Box::new(move |h| frame(h.correlation_id, versions(&keys, 0), h.request_api_version)),
+            Box::new(move |h| frame(h.correlation_id + 7, versions(&keys, 0), 0)),
+        ];
+        let (addr, broker) = fake_broker(script);
+        let mut conn = Connection::connect(&addr, "test", Timeouts::default()).expect("connect");
+        let err = conn
+            .send(&ApiVersionsRequest::default(), 0)
+            .expect_err("mismatch");
+        assert!(
+            matches!(err, ClientError::CorrelationMismatch { .. }),
+            "{err}"
+        );
+        broker.join().expect("broker");
+    }
+}
