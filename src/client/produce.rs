@@ -5,18 +5,23 @@
 //! for the same partition go out in successive requests, in the order given — which keeps the
 //! order of records within a partition.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::{ClientError, Result};
+use super::error::{error_code_is_retriable, ClientError, Result};
 use super::Client;
 
 /// Produce v13 addresses topics by id only; we send names.
 const PRODUCE_VERSION_CAP: i16 = 12;
+/// Attempts per batch before a retriable error is returned to the caller.
+pub const PRODUCE_ATTEMPTS_MAX: u32 = 5;
+/// Pause between attempts, while leadership settles.
+pub const PRODUCE_RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
 /// How many replicas must have a batch before the broker answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,34 +69,106 @@ pub struct PartitionAck {
     pub log_append_time_ms: i64,
 }
 
+/// Whether retrying after `err` (with fresh metadata) may succeed.
+fn is_retriable(err: &ClientError) -> bool {
+    match err {
+        ClientError::Io { .. }
+        | ClientError::Disconnected { .. }
+        | ClientError::Timeout { .. }
+        | ClientError::Connect { .. }
+        | ClientError::NoLeader { .. }
+        | ClientError::UnknownBroker { .. } => true,
+        ClientError::Broker { code, .. } => error_code_is_retriable(*code),
+        _ => false,
+    }
+}
+
 impl Client {
     /// Sends `batches` — (partition, encoded record batch) pairs — to `topic`, grouped by
-    /// leader. Returns one ack per batch, in request order per leader.
+    /// leader. Returns one ack per batch, in the order given.
+    ///
+    /// Retriable failures (leader moved, connection lost) are retried up to
+    /// [`PRODUCE_ATTEMPTS_MAX`] times with fresh metadata. Batches of one partition are never
+    /// reordered: once one fails, the later ones wait for its retry. Like Kafka's producer
+    /// without idempotence, a retry after a lost response can write a batch twice.
     pub fn produce(
         &mut self,
         topic: &str,
         batches: &[(i32, Bytes)],
         options: ProduceOptions,
     ) -> Result<Vec<PartitionAck>> {
-        let groups = self.group_by_leader(topic, batches.iter().map(|(p, _)| *p))?;
-        let mut acks = Vec::with_capacity(batches.len());
-        for (leader, partitions) in groups {
-            // Split into rounds so that no request carries two batches for one partition.
-            let mut rounds: Vec<BTreeMap<i32, Bytes>> = Vec::new();
-            let mut taken: BTreeMap<i32, usize> = BTreeMap::new();
-            for (partition, batch) in batches.iter().filter(|(p, _)| partitions.contains(p)) {
-                let round = taken.entry(*partition).or_insert(0);
-                if rounds.len() <= *round {
-                    rounds.push(BTreeMap::new());
+        let mut acks: Vec<Option<PartitionAck>> = vec![None; batches.len()];
+        let mut todo: Vec<usize> = (0..batches.len()).collect();
+        let mut attempt = 0;
+        while !todo.is_empty() {
+            attempt += 1;
+            let (left, last_err) =
+                self.produce_attempt(topic, batches, &todo, options, &mut acks)?;
+            if let Some(err) = last_err {
+                if attempt >= PRODUCE_ATTEMPTS_MAX {
+                    return Err(err);
                 }
-                if let Some(r) = rounds.get_mut(*round) {
-                    r.insert(*partition, batch.clone());
-                }
-                *round += 1;
+                self.invalidate_metadata();
+                std::thread::sleep(PRODUCE_RETRY_BACKOFF);
             }
+            todo = left;
+        }
+        Ok(acks.into_iter().flatten().collect())
+    }
+
+    /// One pass over `todo` (indexes into `batches`). Returns the indexes left to retry and the
+    /// last retriable error; a non-retriable error ends the whole produce.
+    fn produce_attempt(
+        &mut self,
+        topic: &str,
+        batches: &[(i32, Bytes)],
+        todo: &[usize],
+        options: ProduceOptions,
+        acks: &mut [Option<PartitionAck>],
+    ) -> Result<(Vec<usize>, Option<ClientError>)> {
+        let groups = match self.group_by_leader(topic, todo.iter().map(|&i| batches[i].0)) {
+            Ok(g) => g,
+            Err(e) if is_retriable(&e) => return Ok((todo.to_vec(), Some(e))),
+            Err(e) => return Err(e),
+        };
+        let mut left = Vec::new();
+        let mut last_err = None;
+        for (leader, partitions) in groups {
+            // Round k holds the k-th batch of each partition: Kafka takes one batch per
+            // partition per request.
+            let mut rounds: Vec<Vec<usize>> = Vec::new();
+            let mut per_partition: BTreeMap<i32, usize> = BTreeMap::new();
+            for &i in todo.iter().filter(|&&i| partitions.contains(&batches[i].0)) {
+                let k = per_partition.entry(batches[i].0).or_insert(0);
+                if rounds.len() <= *k {
+                    rounds.push(Vec::new());
+                }
+                rounds[*k].push(i);
+                *k += 1;
+            }
+            let mut blocked: BTreeSet<i32> = BTreeSet::new();
             for round in rounds {
-                match self.produce_to(leader, topic, round, options) {
-                    Ok(mut a) => acks.append(&mut a),
+                let (send, wait): (Vec<usize>, Vec<usize>) = round
+                    .into_iter()
+                    .partition(|&i| !blocked.contains(&batches[i].0));
+                left.extend(wait);
+                if send.is_empty() {
+                    continue;
+                }
+                match self.produce_to(leader, topic, batches, &send, options) {
+                    Ok(results) => {
+                        for (i, result) in results {
+                            match result {
+                                Ok(ack) => acks[i] = Some(ack),
+                                Err(e) if is_retriable(&e) => {
+                                    blocked.insert(batches[i].0);
+                                    left.push(i);
+                                    last_err = Some(e);
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
                     Err(e) => {
                         if matches!(
                             e,
@@ -101,58 +178,70 @@ impl Client {
                         ) {
                             self.drop_broker(leader);
                         }
-                        if e.kafka_code().is_some() {
-                            // NOT_LEADER and friends: the next call re-reads metadata.
-                            self.invalidate_metadata();
+                        if !is_retriable(&e) {
+                            return Err(e);
                         }
-                        return Err(e);
+                        blocked.extend(send.iter().map(|&i| batches[i].0));
+                        left.extend(send);
+                        last_err = Some(e);
                     }
                 }
             }
         }
-        Ok(acks)
+        left.sort_unstable();
+        Ok((left, last_err))
     }
 
+    /// Sends one request carrying `send` (at most one batch per partition) to `leader`.
+    /// Returns each batch's own result; `Err` only when the request as a whole failed.
+    #[allow(clippy::type_complexity)]
     fn produce_to(
         &mut self,
         leader: i32,
         topic: &str,
-        round: BTreeMap<i32, Bytes>,
+        batches: &[(i32, Bytes)],
+        send: &[usize],
         options: ProduceOptions,
-    ) -> Result<Vec<PartitionAck>> {
+    ) -> Result<Vec<(usize, Result<PartitionAck>)>> {
         let conn = self.broker(leader)?;
         let version = conn.version_for::<ProduceRequest>(Some(PRODUCE_VERSION_CAP))?;
-        let partitions: Vec<i32> = round.keys().copied().collect();
         let request = ProduceRequest::default()
             .with_acks(options.acks.code())
             .with_timeout_ms(options.timeout_ms)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                 .with_partition_data(
-                    round
-                        .into_iter()
-                        .map(|(index, records)| {
+                    send.iter()
+                        .map(|&i| {
                             PartitionProduceData::default()
-                                .with_index(index)
-                                .with_records(Some(records))
+                                .with_index(batches[i].0)
+                                .with_records(Some(batches[i].1.clone()))
                         })
                         .collect(),
                 )]);
         if options.acks == Acks::None {
             conn.send_no_response(&request, version)?;
-            return Ok(partitions
-                .into_iter()
-                .map(|partition| PartitionAck {
-                    partition,
-                    base_offset: -1,
-                    log_append_time_ms: -1,
+            return Ok(send
+                .iter()
+                .map(|&i| {
+                    let ack = PartitionAck {
+                        partition: batches[i].0,
+                        base_offset: -1,
+                        log_append_time_ms: -1,
+                    };
+                    (i, Ok(ack))
                 })
                 .collect());
         }
         let response = conn.send(&request, version)?;
-        let mut acks = Vec::new();
+        let mut results = Vec::with_capacity(send.len());
         for t in response.responses {
             for p in t.partition_responses {
+                // Map the answer back to the batch we sent for that partition; an answer for a
+                // partition we did not send is ignored rather than trusted.
+                let Some(&i) = send.iter().find(|&&i| batches[i].0 == p.index) else {
+                    continue;
+                };
                 if p.error_code != 0 {
                     let mut message = p.error_message.as_ref().map(|m| m.as_str().to_owned());
                     if let Some(first) = p.record_errors.first() {
@@ -166,19 +255,36 @@ impl Client {
                             first.batch_index
                         ));
                     }
-                    return Err(ClientError::Broker {
+                    let err = ClientError::Broker {
                         context: format!("produce to {topic}-{}", p.index),
                         code: p.error_code,
                         message,
-                    });
+                    };
+                    results.push((i, Err(err)));
+                } else {
+                    let ack = PartitionAck {
+                        partition: p.index,
+                        base_offset: p.base_offset,
+                        log_append_time_ms: p.log_append_time_ms,
+                    };
+                    results.push((i, Ok(ack)));
                 }
-                acks.push(PartitionAck {
-                    partition: p.index,
-                    base_offset: p.base_offset,
-                    log_append_time_ms: p.log_append_time_ms,
-                });
             }
         }
-        Ok(acks)
+        // A partition the broker did not answer for is an error, not a silent success.
+        for &i in send {
+            if !results.iter().any(|(j, _)| *j == i) {
+                let err = ClientError::Broker {
+                    context: format!(
+                        "produce to {topic}-{}: no answer for partition",
+                        batches[i].0
+                    ),
+                    code: -1,
+                    message: None,
+                };
+                results.push((i, Err(err)));
+            }
+        }
+        Ok(results)
     }
 }
