@@ -21,6 +21,11 @@ const FOLLOW_WAIT_MS_MAX: u64 = 500;
 const DRAIN_WAIT_MS: i32 = 100;
 /// Pause after a retriable partition error before fetching again.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+/// Consecutive fetch rounds with a retriable error before giving up (~10 s of backoff).
+const ERROR_ROUNDS_MAX: u32 = 50;
+/// Consecutive fetch rounds that make no progress while some partition is still below its
+/// high watermark before a drain (no --follow) stops with a warning rather than spinning.
+const STALL_ROUNDS_MAX: u32 = 50;
 
 /// Where to start reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,14 +240,18 @@ pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let mut out = BufWriter::new(stdout.lock());
     let mut printed: u64 = 0;
     let mut last_data = Instant::now();
+    let mut error_rounds = 0u32;
+    let mut stall_rounds = 0u32;
     loop {
         if args.count.is_some_and(|c| printed >= c) {
             break;
         }
         let wanted: Vec<(i32, i64)> = positions.iter().map(|p| (p.partition, p.offset)).collect();
         let fetched = client.fetch(&args.topic, &wanted, options)?;
+        let before: Vec<i64> = positions.iter().map(|p| p.offset).collect();
         let mut got_data = false;
         let mut backoff = false;
+        let mut last_code = 0i16;
         for f in fetched {
             let Some(pos) = positions.iter_mut().find(|p| p.partition == f.partition) else {
                 continue;
@@ -270,6 +279,7 @@ pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             if f.error_code != 0 {
                 if error_code_is_retriable(f.error_code) {
                     backoff = true;
+                    last_code = f.error_code;
                     continue;
                 }
                 return Err(crate::client::ClientError::Broker {
@@ -336,8 +346,30 @@ pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             }
         }
         if backoff {
+            error_rounds += 1;
+            if error_rounds >= ERROR_ROUNDS_MAX {
+                return Err(crate::client::ClientError::Broker {
+                    context: format!(
+                        "fetch {} (gave up after {error_rounds} retries)",
+                        args.topic
+                    ),
+                    code: last_code,
+                    message: None,
+                }
+                .into());
+            }
             client.invalidate_metadata();
             std::thread::sleep(RETRY_BACKOFF);
+            continue;
+        }
+        error_rounds = 0;
+        let moved = positions.iter().zip(&before).any(|(p, b)| p.offset != *b);
+        stall_rounds = if moved { 0 } else { stall_rounds + 1 };
+        if !keep_going && stall_rounds >= STALL_ROUNDS_MAX {
+            eprintln!(
+                "warning: no progress after {stall_rounds} fetches although the broker reports more data; stopping"
+            );
+            break;
         }
     }
     Ok(())
