@@ -88,10 +88,11 @@ pub struct ConsumeArgs {
     /// Stop after this many records.
     #[arg(long)]
     pub count: Option<u64>,
-    /// Keep reading, and exit once no record has arrived for this many ms.
+    /// Keep reading, and exit once no record has arrived for this many ms (also with --follow).
     #[arg(long)]
     pub timeout_ms: Option<u64>,
-    /// Keep reading new records forever (until Ctrl-C, --count or --timeout-ms).
+    /// Keep reading new records forever (until Ctrl-C or --count). Without --follow or
+    /// --timeout-ms, consume exits at the end of the log.
     #[arg(long)]
     pub follow: bool,
     /// Output format.
@@ -341,7 +342,7 @@ pub(super) fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             break;
         }
         if let Some(t) = args.timeout_ms {
-            if !args.follow && last_data.elapsed() >= Duration::from_millis(t) {
+            if last_data.elapsed() >= Duration::from_millis(t) {
                 break;
             }
         }

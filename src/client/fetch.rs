@@ -1,7 +1,9 @@
 //! Fetch and ListOffsets: reading records from partition leaders and finding offsets by time.
 //!
-//! Fetch uses versions 4..=12, which name topics (v13+ address them by id). Every fetch is a
-//! full fetch (no incremental fetch session), which is simple and correct for a CLI consumer.
+//! Fetch uses the newest version both sides speak. From v13 topics are addressed by id, which
+//! the metadata gives us; if the metadata carries no topic id (older brokers), Fetch stays at
+//! v12, the last version that names topics. Every fetch is a full fetch (no incremental fetch
+//! session), which is simple and correct for a CLI consumer.
 
 use std::time::Duration;
 
@@ -14,8 +16,8 @@ use super::error::{ClientError, Result};
 use super::records::{decode_batches, ConsumedRecord};
 use super::{Client, FETCH_PARTITION_BYTES_DEFAULT, FETCH_RESPONSE_BYTES_DEFAULT};
 
-/// Fetch v13 addresses topics by id only; we send names.
-const FETCH_VERSION_CAP: i16 = 12;
+/// The last Fetch version that names topics; v13+ use topic ids.
+const FETCH_VERSION_BY_NAME_MAX: i16 = 12;
 /// `replica_id` of an ordinary consumer.
 const CONSUMER_REPLICA_ID: i32 = -1;
 /// ListOffsets timestamp meaning "the earliest offset".
@@ -127,8 +129,14 @@ impl Client {
         wanted: &[(i32, i64)],
         options: FetchOptions,
     ) -> Result<Vec<FetchedPartition>> {
+        let topic_id = self.topic(topic)?.topic_id;
+        let cap = if topic_id.is_nil() {
+            Some(FETCH_VERSION_BY_NAME_MAX)
+        } else {
+            None
+        };
         let conn = self.broker(leader)?;
-        let version = conn.version_for::<FetchRequest>(Some(FETCH_VERSION_CAP))?;
+        let version = conn.version_for::<FetchRequest>(cap)?;
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(CONSUMER_REPLICA_ID))
             .with_max_wait_ms(options.max_wait_ms)
@@ -138,7 +146,16 @@ impl Client {
             .with_session_id(0)
             .with_session_epoch(-1)
             .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_topic(if version <= FETCH_VERSION_BY_NAME_MAX {
+                    TopicName(StrBytes::from_string(topic.to_owned()))
+                } else {
+                    TopicName::default()
+                })
+                .with_topic_id(if version > FETCH_VERSION_BY_NAME_MAX {
+                    topic_id
+                } else {
+                    uuid::Uuid::nil()
+                })
                 .with_partitions(
                     wanted
                         .iter()
@@ -164,6 +181,15 @@ impl Client {
         }
         let mut out = Vec::new();
         for t in response.responses {
+            // We asked about one topic; an answer about another is ignored, not trusted.
+            let ours = if version > FETCH_VERSION_BY_NAME_MAX {
+                t.topic_id == topic_id
+            } else {
+                t.topic.0.as_str() == topic
+            };
+            if !ours {
+                continue;
+            }
             for p in t.partitions {
                 let from = wanted
                     .iter()
