@@ -20,6 +20,13 @@ struct Cli {
 enum Command {
     /// Run a broker. Settings: built-in defaults < --config file < STRATA_* environment < flags.
     Serve(ServeArgs),
+    /// Create, list, describe, alter and delete topics (any Kafka-compatible broker).
+    #[command(subcommand)]
+    Topic(strata::cli::TopicCommand),
+    /// Write lines from stdin to a topic.
+    Produce(strata::cli::ProduceArgs),
+    /// Read records from a topic.
+    Consume(strata::cli::ConsumeArgs),
 }
 
 #[derive(clap::Args)]
@@ -44,10 +51,17 @@ struct ServeArgs {
     config: Option<PathBuf>,
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
+fn main() {
+    let result = match Cli::parse().command {
         Command::Serve(args) => serve(args),
+        Command::Topic(cmd) => strata::cli::run_topic(cmd),
+        Command::Produce(args) => strata::cli::run_produce(args),
+        Command::Consume(args) => strata::cli::run_consume(args),
+    };
+    // `{:#}` prints the error chain on one line, without a backtrace: these are user-facing.
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
     }
 }
 

@@ -33,14 +33,22 @@ pub trait SegmentFile {
 
 /// Opens segment files. Tests wrap the real one to inject faults.
 pub trait FileSystem {
-    fn open_segment<'a>(&'a self, path: &'a Path, create: bool) -> IoFuture<'a, Rc<dyn SegmentFile>>;
+    fn open_segment<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>>;
 }
 
 /// glommio `DmaFile`: O_DIRECT, io_uring.
 pub struct DmaFileSystem;
 
 impl FileSystem for DmaFileSystem {
-    fn open_segment<'a>(&'a self, path: &'a Path, create: bool) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+    fn open_segment<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
         Box::pin(async move {
             let file = if create {
                 glommio::io::OpenOptions::new()
@@ -50,7 +58,11 @@ impl FileSystem for DmaFileSystem {
                     .dma_open(path)
                     .await?
             } else {
-                glommio::io::OpenOptions::new().read(true).write(true).dma_open(path).await?
+                glommio::io::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .dma_open(path)
+                    .await?
             };
             let file: Rc<dyn SegmentFile> = Rc::new(DmaSegmentFile { file });
             Ok(file)
@@ -77,7 +89,10 @@ impl SegmentFile for DmaSegmentFile {
             tail.fill(0);
             let written = self.file.write_at(buf, pos).await?;
             if written < len {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "short direct-I/O write"));
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short direct-I/O write",
+                ));
             }
             Ok(())
         })
