@@ -20,6 +20,9 @@ PARTITIONS = 4
 # and for incompressible data growing slightly under gzip.
 BIG_VALUE_LEN = 1024 * 1024 - 4096
 DEADLINE_S = 60.0
+# Only for debugging these tests against Tansu, whose high watermark lags acked records (its bug);
+# never set in CI.
+SKIP_HW_CHECK = os.environ.get("STRATA_TEST_SKIP_HW_CHECK") == "1"
 
 
 @dataclass
@@ -143,7 +146,7 @@ def read_and_verify(bootstrap: str, topic: str, sent: list[Sent], partitions: in
     consumed = read_all(bootstrap, topic, partitions, at_least=sent_counts(sent))
     verify(sent, consumed, partitions)
     counts = sent_counts(sent)
-    for p in range(partitions):
+    for p in range(partitions if not SKIP_HW_CHECK else 0):
         assert consumed.highs[p] == counts.get(p, 0), (
             f"partition {p}: high watermark {consumed.highs[p]} but {counts.get(p, 0)} records acked (acks=all)")
 
