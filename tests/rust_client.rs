@@ -145,7 +145,10 @@ async fn rskafka_round_trip_all_codecs() {
             got.extend(batch.into_iter().filter(|r| r.offset >= next));
         }
         assert_eq!(pc.get_offset(OffsetAt::Earliest).await.unwrap(), 0);
-        assert_eq!(pc.get_offset(OffsetAt::Latest).await.unwrap(), sent.len() as i64);
+        // STRATA_TEST_SKIP_HW_CHECK=1 exists only to debug against Tansu (its ListOffsets lags).
+        if std::env::var("STRATA_TEST_SKIP_HW_CHECK").as_deref() != Ok("1") {
+            assert_eq!(pc.get_offset(OffsetAt::Latest).await.unwrap(), sent.len() as i64);
+        }
         for (i, (want, have)) in sent.iter().zip(&got).enumerate() {
             assert_eq!(have.offset, i as i64, "partition {partition}: offsets not contiguous");
             assert_eq!(have.record.key, want.key, "partition {partition} offset {i}: key");
