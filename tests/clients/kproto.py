@@ -1,0 +1,206 @@
+"""A tiny hand-rolled Kafka wire codec for tests that must send exactly the bytes they choose.
+
+Only what the tests need: request framing, ApiVersions v0, Produce v3 (with record batch v2
+and CRC-32C), Metadata v1 framing, and a parser for record batches in a segment file.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+API_PRODUCE = 0
+API_METADATA = 3
+API_API_VERSIONS = 18
+
+ERR_NONE = 0
+ERR_CORRUPT_MESSAGE = 2
+ERR_UNSUPPORTED_VERSION = 35
+
+
+class ProtocolError(Exception):
+    pass
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def kstring(s: str | None) -> bytes:
+    if s is None:
+        return struct.pack(">h", -1)
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def request(api_key: int, api_version: int, correlation_id: int, body: bytes,
+            client_id: str = "strata-tests") -> bytes:
+    """A framed request with header v1 (non-flexible); flexible versions are not needed here."""
+    header = struct.pack(">hhi", api_key, api_version, correlation_id) + kstring(client_id)
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ProtocolError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_response(sock: socket.socket) -> tuple[int, bytes]:
+    """Returns (correlation_id, body) of one response frame (response header v0)."""
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    if size < 4 or size > 64 * 1024 * 1024:
+        raise ProtocolError(f"absurd response size {size}")
+    frame = recv_exact(sock, size)
+    (corr,) = struct.unpack(">i", frame[:4])
+    return corr, frame[4:]
+
+
+def connect(bootstrap: str, timeout_s: float = 5.0) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+    sock.settimeout(timeout_s)
+    return sock
+
+
+def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
+    (error_code, count) = struct.unpack(">hi", body[:6])
+    apis = {}
+    pos = 6
+    for _ in range(max(count, 0)):
+        key, lo, hi = struct.unpack(">hhh", body[pos:pos + 6])
+        apis[key] = (lo, hi)
+        pos += 6
+    return error_code, apis
+
+
+def api_versions(bootstrap: str, timeout_s: float = 5.0) -> dict[int, tuple[int, int]]:
+    """One ApiVersions v0 round trip on a fresh connection; raises unless error_code is 0."""
+    with connect(bootstrap, timeout_s) as sock:
+        sock.sendall(request(API_API_VERSIONS, 0, 7, b""))
+        corr, body = recv_response(sock)
+    if corr != 7:
+        raise ProtocolError(f"correlation id {corr} != 7")
+    error_code, apis = parse_api_versions_v0(body)
+    if error_code != ERR_NONE:
+        raise ProtocolError(f"ApiVersions error {error_code}")
+    return apis
+
+
+# ---- record batch v2 -------------------------------------------------------------------------
+
+def varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _nullable(b: bytes | None) -> bytes:
+    return varint(-1) if b is None else varint(len(b)) + b
+
+
+def record_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: int = 1_700_000_000_000,
+                 corrupt_crc: bool = False) -> bytes:
+    """An uncompressed v2 batch of (key, value) records with a correct (or deliberately wrong) CRC."""
+    body = bytearray()
+    for i, (key, value) in enumerate(records):
+        rec = b"\x00" + varint(0) + varint(i) + _nullable(key) + _nullable(value) + varint(0)
+        body += varint(len(rec)) + rec
+    after_crc = struct.pack(
+        ">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, -1, -1, -1, len(records)
+    ) + bytes(body)
+    crc = crc32c(after_crc)
+    if corrupt_crc:
+        crc ^= 0xDEADBEEF
+    tail = struct.pack(">ibI", 0, 2, crc) + after_crc  # partitionLeaderEpoch, magic, crc
+    return struct.pack(">qi", 0, len(tail)) + tail
+
+
+def produce_v3_body(topic: str, partition: int, batch: bytes, acks: int = -1, timeout_ms: int = 10_000) -> bytes:
+    return (
+        kstring(None) + struct.pack(">hii", acks, timeout_ms, 1) + kstring(topic)
+        + struct.pack(">ii", 1, partition) + struct.pack(">i", len(batch)) + batch
+    )
+
+
+def parse_produce_v3(body: bytes) -> list[tuple[str, int, int, int]]:
+    """Returns [(topic, partition, error_code, base_offset)]."""
+    out = []
+    pos = 0
+    (ntopics,) = struct.unpack_from(">i", body, pos)
+    pos += 4
+    for _ in range(ntopics):
+        (nlen,) = struct.unpack_from(">h", body, pos)
+        pos += 2
+        name = body[pos:pos + nlen].decode()
+        pos += nlen
+        (nparts,) = struct.unpack_from(">i", body, pos)
+        pos += 4
+        for _ in range(nparts):
+            part, err, base, _log_append = struct.unpack_from(">ihqq", body, pos)
+            pos += 22
+            out.append((name, part, err, base))
+    return out
+
+
+def produce_raw(bootstrap: str, topic: str, partition: int, batch: bytes, timeout_s: float = 10.0):
+    with connect(bootstrap, timeout_s) as sock:
+        sock.sendall(request(API_PRODUCE, 3, 99, produce_v3_body(topic, partition, batch)))
+        corr, body = recv_response(sock)
+    assert corr == 99, corr
+    return parse_produce_v3(body)
+
+
+# ---- segment files ---------------------------------------------------------------------------
+
+BATCH_HEADER_LEN = 61  # baseOffset .. recordCount
+
+
+def scan_batches(data: bytes) -> list[tuple[int, int, int]]:
+    """Valid v2 batches from the start of a .log segment: [(file_pos, total_len, base_offset)].
+
+    Stops at the first position that does not hold a complete batch with magic 2 and a good
+    CRC-32C: that is the logical end of a (possibly preallocated) segment.
+    """
+    out = []
+    pos = 0
+    while pos + 12 <= len(data):
+        base_offset, batch_len = struct.unpack_from(">qi", data, pos)
+        total = 12 + batch_len
+        if batch_len < BATCH_HEADER_LEN - 12 or pos + total > len(data):
+            break
+        magic = data[pos + 16]
+        (crc,) = struct.unpack_from(">I", data, pos + 17)
+        if magic != 2 or crc32c(data[pos + 21:pos + total]) != crc:
+            break
+        out.append((pos, total, base_offset))
+        pos += total
+    return out
