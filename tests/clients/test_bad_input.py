@@ -144,12 +144,13 @@ def test_garbage_never_hurts_the_broker_or_other_clients(broker):
     ]
     try:
         for name, payload, half_close in cases:
-            outcome, _ = send_and_observe(broker.bootstrap, payload, half_close)
+            # Any reaction is allowed on the abused connection (error, close, silence) ...
+            send_and_observe(broker.bootstrap, payload, half_close)
+            # ... but the process lives and still serves new connections.
             assert broker.alive(), f"broker died after {name}:\n{broker.log_tail()}"
-            kproto.api_versions(broker.bootstrap)  # still serving new connections
-            assert outcome in ("closed", "silent", "data"), name
+            kproto.api_versions(broker.bootstrap)
 
-        # Random bytes again, now interleaved with the pipelined valid requests on the same socket.
+        # A connection that first behaves (and is answered) and then sends garbage.
         with kproto.connect(broker.bootstrap) as sock:
             sock.sendall(kproto.request(18, 0, 77, b""))
             corr, _ = kproto.recv_response(sock)
