@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 python="${PYTHON:-.venv/bin/python}"
 status=0
 
-echo "=== cargo test --release ==="
-cargo test --release || status=1
+echo "=== cargo test --release --no-fail-fast ==="
+cargo test --release --no-fail-fast || status=1
 
 # The client tests drive the release binary cargo just built (STRATA_BIN overrides).
 export STRATA_BIN="${STRATA_BIN:-$PWD/target/release/strata}"

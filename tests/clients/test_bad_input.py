@@ -105,7 +105,8 @@ def metadata_v1_with_topic_count(count: int) -> bytes:
 
 def test_garbage_never_hurts_the_broker_or_other_clients(broker):
     """Proves bad input (random bytes, truncated frames, absurd and negative sizes, unknown APIs,
-    unsupported versions, huge array counts) gets an error or a closed connection and leaves a concurrent well-behaved client and the broker
+    unsupported versions, huge array counts, a bad CRC) gets an error or a closed connection, is
+    never stored, and leaves a concurrent well-behaved client and the broker
     itself unharmed."""
     create_topic(broker.bootstrap, "steady", 1)
     create_topic(broker.bootstrap, "bad-crc", 1)  # target of the malformed Produce requests
@@ -134,16 +135,22 @@ def test_garbage_never_hurts_the_broker_or_other_clients(broker):
         ("Produce records length beyond frame",
          kproto.request(kproto.API_PRODUCE, 3, 1, kproto.kstring(None) + struct.pack(">hii", -1, 1000, 1)
                         + kproto.kstring("bad-crc") + struct.pack(">iii", 1, 0, 0x7FFFFFF0) + b"\x00" * 8), False),
+        ("Produce with a bad CRC",
+         kproto.request(kproto.API_PRODUCE, 3, 1, kproto.produce_v3_body(
+             "bad-crc", 0, kproto.record_batch([(b"k", b"evil")], corrupt_crc=True))), False),
+        ("Produce v99", kproto.request(kproto.API_PRODUCE, 99, 1, b""), False),
+        ("ApiVersions v999", kproto.request(kproto.API_API_VERSIONS, 999, 1, b""), False),
         ("many frames pipelined", b"".join(kproto.request(18, 0, i, b"") for i in range(500)), False),
     ]
     try:
         for name, payload, half_close in cases:
-            outcome, _ = send_and_observe(broker.bootstrap, payload, half_close)
+            # Any reaction is allowed on the abused connection (error, close, silence) ...
+            send_and_observe(broker.bootstrap, payload, half_close)
+            # ... but the process lives and still serves new connections.
             assert broker.alive(), f"broker died after {name}:\n{broker.log_tail()}"
-            kproto.api_versions(broker.bootstrap)  # still serving new connections
-            assert outcome in ("closed", "silent", "data"), name
+            kproto.api_versions(broker.bootstrap)
 
-        # Random bytes again, now interleaved with the pipelined valid requests on the same socket.
+        # A connection that first behaves (and is answered) and then sends garbage.
         with kproto.connect(broker.bootstrap) as sock:
             sock.sendall(kproto.request(18, 0, 77, b""))
             corr, _ = kproto.recv_response(sock)
@@ -157,6 +164,8 @@ def test_garbage_never_hurts_the_broker_or_other_clients(broker):
 
     assert broker.alive(), f"broker died:\n{broker.log_tail()}"
     assert kproto.api_versions(broker.bootstrap)
+    # Every Produce aimed at "bad-crc" above was malformed or corrupt: none may be stored.
+    assert read_all(broker.bootstrap, "bad-crc", 1).highs[0] == 0, "malformed input was written to the log"
     assert not steady.errors, steady.errors[:10]
     assert steady.acked > 0
     assert steady.read == [f"steady-{i}".encode() for i in range(steady.acked)], \
