@@ -28,7 +28,11 @@ struct Broker {
 
 impl Broker {
     fn start() -> Broker {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let addr = format!("127.0.0.1:{port}");
         let data_dir = tempfile::tempdir().unwrap();
         let mut cmd = if std::env::var("STRATA_TEST_BROKER").as_deref() == Ok("tansu") {
@@ -45,23 +49,41 @@ impl Broker {
                 .args(["--shards", "2"]);
             c
         };
-        let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("spawn broker");
-        Broker { child, bootstrap: addr, _data_dir: data_dir }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn broker");
+        Broker {
+            child,
+            bootstrap: addr,
+            _data_dir: data_dir,
+        }
     }
 
     /// Polls until a TCP connect succeeds and a Kafka Metadata round trip answers.
     async fn client(&mut self) -> Client {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            assert!(self.child.try_wait().unwrap().is_none(), "broker exited before it was ready");
+            assert!(
+                self.child.try_wait().unwrap().is_none(),
+                "broker exited before it was ready"
+            );
             if TcpStream::connect(&self.bootstrap).is_ok() {
-                if let Ok(client) = ClientBuilder::new(vec![self.bootstrap.clone()]).build().await {
+                if let Ok(client) = ClientBuilder::new(vec![self.bootstrap.clone()])
+                    .build()
+                    .await
+                {
                     if client.list_topics().await.is_ok() {
                         return client;
                     }
                 }
             }
-            assert!(Instant::now() < deadline, "broker not ready on {} after {READY_TIMEOUT:?}", self.bootstrap);
+            assert!(
+                Instant::now() < deadline,
+                "broker not ready on {} after {READY_TIMEOUT:?}",
+                self.bootstrap
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -88,19 +110,36 @@ fn records_for(codec: &str, partition: i32, big: bool) -> Vec<Record> {
     let rec = |key: Option<&[u8]>, value: Option<Vec<u8>>, headers: &[(&str, &[u8])]| Record {
         key: key.map(|k| k.to_vec()),
         value,
-        headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect::<BTreeMap<_, _>>(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect::<BTreeMap<_, _>>(),
         timestamp: ts,
     };
     let mut out = vec![
-        rec(Some(b"key-1"), Some(format!("{codec} p{partition} keyed").into_bytes()), &[("h1", b"x"), ("h2", b"")]),
-        rec(None, Some(format!("{codec} p{partition} unkeyed").into_bytes()), &[]),
+        rec(
+            Some(b"key-1"),
+            Some(format!("{codec} p{partition} keyed").into_bytes()),
+            &[("h1", b"x"), ("h2", b"")],
+        ),
+        rec(
+            None,
+            Some(format!("{codec} p{partition} unkeyed").into_bytes()),
+            &[],
+        ),
         rec(Some(b"tombstone"), None, &[("why", b"delete")]),
         rec(Some(b"empty-value"), Some(Vec::new()), &[]),
         rec(None, None, &[]),
-        rec(Some(b"binary\0key"), Some((0..=255u8).collect()), &[("bin", &[0, 255])]),
+        rec(
+            Some(b"binary\0key"),
+            Some((0..=255u8).collect()),
+            &[("bin", &[0, 255])],
+        ),
     ];
     if big {
-        let value: Vec<u8> = (0..BIG_VALUE_LEN).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let value: Vec<u8> = (0..BIG_VALUE_LEN)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         out.push(rec(Some(b"big"), Some(value), &[]));
     }
     out
@@ -114,7 +153,12 @@ async fn rskafka_round_trip_all_codecs() {
     let mut broker = Broker::start();
     let client = broker.client().await;
     let topic = "rskafka-roundtrip";
-    client.controller_client().unwrap().create_topic(topic, PARTITIONS, 1, 10_000).await.unwrap();
+    client
+        .controller_client()
+        .unwrap()
+        .create_topic(topic, PARTITIONS, 1, 10_000)
+        .await
+        .unwrap();
 
     let codecs = [
         ("none", Compression::NoCompression),
@@ -124,37 +168,71 @@ async fn rskafka_round_trip_all_codecs() {
         ("zstd", Compression::Zstd),
     ];
     for partition in 0..PARTITIONS {
-        let pc = client.partition_client(topic, partition, UnknownTopicHandling::Retry).await.unwrap();
+        let pc = client
+            .partition_client(topic, partition, UnknownTopicHandling::Retry)
+            .await
+            .unwrap();
         let mut sent: Vec<Record> = Vec::new();
         for (name, codec) in codecs {
             let records = records_for(name, partition, name == "none" && partition == 0);
             let offsets = pc.produce(records.clone(), codec).await.unwrap();
-            let expected: Vec<i64> = (sent.len() as i64..(sent.len() + records.len()) as i64).collect();
-            assert_eq!(offsets, expected, "partition {partition} codec {name}: offsets not contiguous");
+            let expected: Vec<i64> =
+                (sent.len() as i64..(sent.len() + records.len()) as i64).collect();
+            assert_eq!(
+                offsets, expected,
+                "partition {partition} codec {name}: offsets not contiguous"
+            );
             sent.extend(records);
         }
 
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         while got.len() < sent.len() {
-            assert!(Instant::now() < deadline, "partition {partition}: read {} of {}", got.len(), sent.len());
+            assert!(
+                Instant::now() < deadline,
+                "partition {partition}: read {} of {}",
+                got.len(),
+                sent.len()
+            );
             let next = got.len() as i64;
             let (batch, high_watermark) = pc.fetch_records(next, 1..4_000_000, 500).await.unwrap();
-            assert_eq!(high_watermark, sent.len() as i64, "partition {partition}: high watermark");
+            assert_eq!(
+                high_watermark,
+                sent.len() as i64,
+                "partition {partition}: high watermark"
+            );
             // A fetch may start at a batch boundary before the requested offset; keep only new ones.
             got.extend(batch.into_iter().filter(|r| r.offset >= next));
         }
         assert_eq!(pc.get_offset(OffsetAt::Earliest).await.unwrap(), 0);
         // STRATA_TEST_SKIP_HW_CHECK=1 exists only to debug against Tansu (its ListOffsets lags).
         if std::env::var("STRATA_TEST_SKIP_HW_CHECK").as_deref() != Ok("1") {
-            assert_eq!(pc.get_offset(OffsetAt::Latest).await.unwrap(), sent.len() as i64);
+            assert_eq!(
+                pc.get_offset(OffsetAt::Latest).await.unwrap(),
+                sent.len() as i64
+            );
         }
         for (i, (want, have)) in sent.iter().zip(&got).enumerate() {
-            assert_eq!(have.offset, i as i64, "partition {partition}: offsets not contiguous");
-            assert_eq!(have.record.key, want.key, "partition {partition} offset {i}: key");
-            assert_eq!(have.record.value, want.value, "partition {partition} offset {i}: value");
-            assert_eq!(have.record.headers, want.headers, "partition {partition} offset {i}: headers");
-            assert_eq!(have.record.timestamp, want.timestamp, "partition {partition} offset {i}: timestamp");
+            assert_eq!(
+                have.offset, i as i64,
+                "partition {partition}: offsets not contiguous"
+            );
+            assert_eq!(
+                have.record.key, want.key,
+                "partition {partition} offset {i}: key"
+            );
+            assert_eq!(
+                have.record.value, want.value,
+                "partition {partition} offset {i}: value"
+            );
+            assert_eq!(
+                have.record.headers, want.headers,
+                "partition {partition} offset {i}: headers"
+            );
+            assert_eq!(
+                have.record.timestamp, want.timestamp,
+                "partition {partition} offset {i}: timestamp"
+            );
         }
         assert_eq!(got.len(), sent.len());
     }

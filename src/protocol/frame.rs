@@ -63,8 +63,23 @@ pub fn parse_request(mut frame: Bytes) -> Result<RawRequest, FrameError> {
         correlation_id,
     })?;
     let header_version = api.request_header_version(api_version);
-    let header = crate::alloc::guarded(|| RequestHeader::decode(&mut frame, header_version))
-        .map_err(|e| FrameError::BadHeader(e.to_string()))?;
+    let header = match crate::alloc::guarded(|| RequestHeader::decode(&mut frame, header_version)) {
+        Ok(h) => h,
+        // A client probing with an ApiVersions version newer than ours may use a header
+        // layout we cannot know; it still deserves the UNSUPPORTED_VERSION answer that
+        // lets it downgrade, and that answer needs only the fields peeked above.
+        Err(_) if api == ApiKey::ApiVersions => {
+            return Ok(RawRequest {
+                api,
+                header: RequestHeader::default()
+                    .with_request_api_key(api_key)
+                    .with_request_api_version(api_version)
+                    .with_correlation_id(correlation_id),
+                body: Bytes::new(),
+            })
+        }
+        Err(e) => return Err(FrameError::BadHeader(e.to_string())),
+    };
     Ok(RawRequest {
         api,
         header,
