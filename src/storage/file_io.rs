@@ -33,7 +33,11 @@ pub trait SegmentFile {
 
 /// Opens segment files. Tests wrap the real one to inject faults.
 pub trait FileSystem {
-    fn open_segment<'a>(&'a self, path: &'a Path, create: bool) -> IoFuture<'a, Rc<dyn SegmentFile>>;
+    fn open_segment<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>>;
 }
 
 /// glommio `DmaFile`: O_DIRECT, io_uring.
@@ -65,7 +69,11 @@ async fn probe_device_once(dir: &Path) -> io::Result<()> {
 }
 
 impl FileSystem for DmaFileSystem {
-    fn open_segment<'a>(&'a self, path: &'a Path, create: bool) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+    fn open_segment<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
         Box::pin(async move {
             if let Some(dir) = path.parent() {
                 probe_device_once(dir).await?;
@@ -78,7 +86,11 @@ impl FileSystem for DmaFileSystem {
                     .dma_open(path)
                     .await?
             } else {
-                glommio::io::OpenOptions::new().read(true).write(true).dma_open(path).await?
+                glommio::io::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .dma_open(path)
+                    .await?
             };
             let file: Rc<dyn SegmentFile> = Rc::new(DmaSegmentFile { file });
             Ok(file)
@@ -105,7 +117,10 @@ impl SegmentFile for DmaSegmentFile {
             tail.fill(0);
             let written = self.file.write_at(buf, pos).await?;
             if written < len {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "short direct-I/O write"));
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short direct-I/O write",
+                ));
             }
             Ok(())
         })

@@ -27,7 +27,10 @@ impl OffsetIndex {
 
     pub(crate) fn push(&mut self, relative_offset: u32, position: u32) {
         if let Some(&(r, p)) = self.entries.last() {
-            assert!(relative_offset > r && position > p, "index entries must strictly increase");
+            assert!(
+                relative_offset > r && position > p,
+                "index entries must strictly increase"
+            );
         }
         self.entries.push((relative_offset, position));
     }
@@ -64,9 +67,16 @@ impl OffsetIndex {
 
     /// Kafka's sanity check: whole entries, strictly increasing, every position inside the
     /// segment (`segment_len`) and every relative offset below `max_relative_offset`.
-    pub(crate) fn decode(bytes: &[u8], segment_len: u64, max_relative_offset: u64) -> Result<Self, String> {
-        if bytes.len() % ENTRY_LEN != 0 {
-            return Err(format!("length {} is not a multiple of {ENTRY_LEN}", bytes.len()));
+    pub(crate) fn decode(
+        bytes: &[u8],
+        segment_len: u64,
+        max_relative_offset: u64,
+    ) -> Result<Self, String> {
+        if !bytes.len().is_multiple_of(ENTRY_LEN) {
+            return Err(format!(
+                "length {} is not a multiple of {ENTRY_LEN}",
+                bytes.len()
+            ));
         }
         let mut entries = Vec::with_capacity(bytes.len() / ENTRY_LEN);
         let mut prev: Option<(u32, u32)> = None;
@@ -76,7 +86,9 @@ impl OffsetIndex {
             let p = u32::from_be_bytes(p.try_into().map_err(|_| "entry")?);
             if let Some((pr, pp)) = prev {
                 if r <= pr || p <= pp {
-                    return Err(format!("entry ({r},{p}) does not increase after ({pr},{pp})"));
+                    return Err(format!(
+                        "entry ({r},{p}) does not increase after ({pr},{pp})"
+                    ));
                 }
             }
             if p as u64 >= segment_len || r as u64 > max_relative_offset {

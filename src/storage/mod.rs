@@ -61,11 +61,24 @@ pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
     #[error("I/O error during {op} on {path}: {message}")]
-    Io { path: PathBuf, op: &'static str, kind: std::io::ErrorKind, message: String },
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        kind: std::io::ErrorKind,
+        message: String,
+    },
     #[error("corruption in {path} at byte {position}: {reason}")]
-    Corruption { path: PathBuf, position: u64, reason: String },
+    Corruption {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
     #[error("offset {offset} out of range [{log_start}, {log_end}]")]
-    OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 },
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
     #[error("partition is closed")]
     Closed,
     #[error("invalid log config: {0}")]
@@ -74,10 +87,23 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, e: std::io::Error) -> Self {
-        Error::Io { path: path.into(), op, kind: e.kind(), message: e.to_string() }
+        Error::Io {
+            path: path.into(),
+            op,
+            kind: e.kind(),
+            message: e.to_string(),
+        }
     }
-    pub(crate) fn corruption(path: impl Into<PathBuf>, position: u64, reason: impl Into<String>) -> Self {
-        Error::Corruption { path: path.into(), position, reason: reason.into() }
+    pub(crate) fn corruption(
+        path: impl Into<PathBuf>,
+        position: u64,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Corruption {
+            path: path.into(),
+            position,
+            reason: reason.into(),
+        }
     }
 }
 
@@ -87,9 +113,18 @@ pub enum AppendError {
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u32 },
     #[error("out of order sequence for producer {producer_id} epoch {epoch}: got {first_seq}, last {last_seq:?}")]
-    OutOfOrderSequence { producer_id: i64, epoch: i16, first_seq: i32, last_seq: Option<i32> },
+    OutOfOrderSequence {
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: Option<i32>,
+    },
     #[error("producer {producer_id} epoch {epoch} is older than current epoch {current}")]
-    InvalidProducerEpoch { producer_id: i64, epoch: i16, current: i16 },
+    InvalidProducerEpoch {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
     /// Not produced since KIP-360 (see `producer_state`); kept so the server's error mapping
     /// is complete.
     #[error("unknown producer id {producer_id}")]

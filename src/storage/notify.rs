@@ -29,7 +29,11 @@ impl Notify {
     pub(crate) fn listen(&self) -> Listen<'_> {
         let id = self.next_id.get();
         self.next_id.set(id.wrapping_add(1));
-        Listen { notify: self, generation: self.generation.get(), id }
+        Listen {
+            notify: self,
+            generation: self.generation.get(),
+            id,
+        }
     }
 }
 
@@ -56,6 +60,9 @@ impl Future for Listen<'_> {
 
 impl Drop for Listen<'_> {
     fn drop(&mut self) {
-        self.notify.wakers.borrow_mut().retain(|(id, _)| *id != self.id);
+        self.notify
+            .wakers
+            .borrow_mut()
+            .retain(|(id, _)| *id != self.id);
     }
 }

@@ -38,8 +38,8 @@ use super::segment::{read_batches, Segment};
 use super::state_file;
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
-    AppendError, Error, FlushPolicy, LogConfig, TimestampType, NEVER_POLICY_WRITE_INTERVAL_MS, READ_CHUNK_BYTES_MIN,
-    STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
+    AppendError, Error, FlushPolicy, LogConfig, TimestampType, NEVER_POLICY_WRITE_INTERVAL_MS,
+    READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
 };
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, patch_log_append_time, BatchError, BatchHeader,
@@ -84,7 +84,12 @@ struct Inner {
 
 impl Inner {
     fn staged_bytes(&self) -> u64 {
-        self.segments.values().rev().take_while(|s| !s.complete).map(|s| s.unwritten()).sum()
+        self.segments
+            .values()
+            .rev()
+            .take_while(|s| !s.complete)
+            .map(|s| s.unwritten())
+            .sum()
     }
 
     fn check_open(&self) -> Result<(), Error> {
@@ -119,9 +124,12 @@ impl Inner {
             return false;
         }
         seg.size + batch_len as u64 > config.segment_bytes
-            || seg.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+            || seg
+                .first_append_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
             || seg.index.bytes() + super::index::ENTRY_LEN > config.segment_index_bytes as usize
-            || seg.time_index.bytes() + super::time_index::ENTRY_LEN > config.segment_index_bytes as usize
+            || seg.time_index.bytes() + super::time_index::ENTRY_LEN
+                > config.segment_index_bytes as usize
             || last_offset - seg.base_offset > i32::MAX as i64
     }
 
@@ -186,7 +194,11 @@ impl Partition {
     }
 
     /// `open` with an injected file layer (tests use it to inject faults).
-    pub async fn open_with(dir: PathBuf, config: LogConfig, fs: Rc<dyn FileSystem>) -> Result<Rc<Partition>, Error> {
+    pub async fn open_with(
+        dir: PathBuf,
+        config: LogConfig,
+        fs: Rc<dyn FileSystem>,
+    ) -> Result<Rc<Partition>, Error> {
         config.validate()?;
         let rec = recover(&dir, &config, &*fs).await?;
         let mut inner = Inner {
@@ -238,7 +250,10 @@ impl Partition {
         inner.check_open()?;
         let max = inner.config.max_message_bytes;
         if batch.len() > max as usize {
-            return Err(AppendError::MessageTooLarge { size: batch.len(), max });
+            return Err(AppendError::MessageTooLarge {
+                size: batch.len(),
+                max,
+            });
         }
         let id = BatchIdentity {
             producer_id: header.producer_id,
@@ -247,7 +262,10 @@ impl Partition {
             last_seq: header.last_sequence(),
         };
         match inner.producers.check(&id) {
-            Ok(Verdict::Duplicate { base_offset, last_offset }) => {
+            Ok(Verdict::Duplicate {
+                base_offset,
+                last_offset,
+            }) => {
                 return Ok(AppendOutcome {
                     base_offset,
                     last_offset,
@@ -257,16 +275,37 @@ impl Partition {
                 })
             }
             Ok(_) => {}
-            Err(SequenceError::InvalidProducerEpoch { producer_id, epoch, current }) => {
-                return Err(AppendError::InvalidProducerEpoch { producer_id, epoch, current })
+            Err(SequenceError::InvalidProducerEpoch {
+                producer_id,
+                epoch,
+                current,
+            }) => {
+                return Err(AppendError::InvalidProducerEpoch {
+                    producer_id,
+                    epoch,
+                    current,
+                })
             }
-            Err(SequenceError::OutOfOrderSequence { producer_id, epoch, first_seq, last_seq }) => {
-                return Err(AppendError::OutOfOrderSequence { producer_id, epoch, first_seq, last_seq })
+            Err(SequenceError::OutOfOrderSequence {
+                producer_id,
+                epoch,
+                first_seq,
+                last_seq,
+            }) => {
+                return Err(AppendError::OutOfOrderSequence {
+                    producer_id,
+                    epoch,
+                    first_seq,
+                    last_seq,
+                })
             }
         }
         let staged = inner.staged_bytes() as usize;
         if staged + batch.len() > STAGING_BYTES_MAX {
-            return Err(AppendError::Backpressure { staged_bytes: staged, max: STAGING_BYTES_MAX });
+            return Err(AppendError::Backpressure {
+                staged_bytes: staged,
+                max: STAGING_BYTES_MAX,
+            });
         }
 
         let base_offset = inner.next_offset;
@@ -280,7 +319,10 @@ impl Partition {
             TimestampType::CreateTime => -1,
         };
         let h = BatchHeader::parse(&batch).map_err(AppendError::CorruptMessage)?;
-        assert!(h.base_offset == base_offset && h.last_offset() >= base_offset, "offsets must increase");
+        assert!(
+            h.base_offset == base_offset && h.last_offset() >= base_offset,
+            "offsets must increase"
+        );
         if inner.should_roll(batch.len(), h.last_offset(), now_ms) {
             inner.roll(&self.dir);
         }
@@ -328,7 +370,9 @@ impl Partition {
                 if let Some(e) = &inner.failed {
                     return Err(e.clone());
                 }
-                if inner.config.flush_policy != FlushPolicy::Sync || inner.durable_offset > last_offset {
+                if inner.config.flush_policy != FlushPolicy::Sync
+                    || inner.durable_offset > last_offset
+                {
                     return Ok(());
                 }
                 if inner.closed || (inner.closing && !self.flusher_running.get()) {
@@ -349,29 +393,59 @@ impl Partition {
             }
             let (hw, log_start) = (inner.high_watermark, inner.log_start);
             if offset < log_start || offset > inner.next_offset {
-                return Err(Error::OffsetOutOfRange { offset, log_start, log_end: inner.next_offset });
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start,
+                    log_end: inner.next_offset,
+                });
             }
-            let mut out = ReadOutcome { chunks: Vec::new(), high_watermark: hw, log_start_offset: log_start };
+            let mut out = ReadOutcome {
+                chunks: Vec::new(),
+                high_watermark: hw,
+                log_start_offset: log_start,
+            };
             if offset >= hw {
                 return Ok(out);
             }
-            if inner.cache.first_offset().is_some_and(|first| first <= offset) {
+            if inner
+                .cache
+                .first_offset()
+                .is_some_and(|first| first <= offset)
+            {
                 out.chunks = inner.cache.read(offset, max_bytes, hw);
                 return Ok(out);
             }
             let Some((_, seg)) = inner.segments.range(..=offset).next_back() else {
-                return Err(Error::OffsetOutOfRange { offset, log_start, log_end: inner.next_offset });
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start,
+                    log_end: inner.next_offset,
+                });
             };
             let Some(file) = seg.file.clone() else {
-                return Err(Error::corruption(&seg.path, 0, "segment below the tail cache has no file"));
+                return Err(Error::corruption(
+                    &seg.path,
+                    0,
+                    "segment below the tail cache has no file",
+                ));
             };
             let pos = seg.index.lookup(seg.relative(offset)) as u64;
-            (file, seg.path.clone(), pos, seg.written.min(seg.size), hw, log_start, inner.config.index_interval_bytes)
+            (
+                file,
+                seg.path.clone(),
+                pos,
+                seg.written.min(seg.size),
+                hw,
+                log_start,
+                inner.config.index_interval_bytes,
+            )
         };
         let mut chunks = Vec::new();
         let mut total = 0usize;
         'segment: while pos < end {
-            let want = max_bytes.saturating_sub(total).saturating_add(interval as usize);
+            let want = max_bytes
+                .saturating_sub(total)
+                .saturating_add(interval as usize);
             let (batches, next) = read_batches(&*file, &path, pos, end, want).await?;
             if batches.is_empty() {
                 break;
@@ -391,7 +465,11 @@ impl Partition {
             }
             pos = next;
         }
-        Ok(ReadOutcome { chunks, high_watermark: hw, log_start_offset: log_start })
+        Ok(ReadOutcome {
+            chunks,
+            high_watermark: hw,
+            log_start_offset: log_start,
+        })
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -435,26 +513,48 @@ impl Partition {
                 return Err(Error::Closed);
             }
             let (hw, log_start) = (inner.high_watermark, inner.log_start);
-            let Some(seg) = inner
-                .segments
-                .values()
-                .find(|s| s.next_offset > log_start && s.offset_of_max_timestamp >= 0 && s.max_timestamp >= ts)
-            else {
+            let Some(seg) = inner.segments.values().find(|s| {
+                s.next_offset > log_start && s.offset_of_max_timestamp >= 0 && s.max_timestamp >= ts
+            }) else {
                 return Ok(None);
             };
-            let from = seg.time_index.floor_below(ts).map(|r| seg.base_offset + r as i64).unwrap_or(seg.base_offset);
+            let from = seg
+                .time_index
+                .floor_below(ts)
+                .map(|r| seg.base_offset + r as i64)
+                .unwrap_or(seg.base_offset);
             let from = from.max(log_start);
-            if inner.cache.first_offset().is_some_and(|first| first <= from) {
-                return Ok(inner.cache.find_timestamp(from, ts, hw).map(|(o, t)| (o.max(log_start), t)));
+            if inner
+                .cache
+                .first_offset()
+                .is_some_and(|first| first <= from)
+            {
+                return Ok(inner
+                    .cache
+                    .find_timestamp(from, ts, hw)
+                    .map(|(o, t)| (o.max(log_start), t)));
             }
             let Some(file) = seg.file.clone() else {
-                return Err(Error::corruption(&seg.path, 0, "segment below the tail cache has no file"));
+                return Err(Error::corruption(
+                    &seg.path,
+                    0,
+                    "segment below the tail cache has no file",
+                ));
             };
             let pos = seg.index.lookup(seg.relative(from)) as u64;
-            (file, seg.path.clone(), pos, seg.written.min(seg.size), from, hw, log_start)
+            (
+                file,
+                seg.path.clone(),
+                pos,
+                seg.written.min(seg.size),
+                from,
+                hw,
+                log_start,
+            )
         };
         while pos < end {
-            let (batches, next) = read_batches(&*file, &path, pos, end, READ_CHUNK_BYTES_MIN).await?;
+            let (batches, next) =
+                read_batches(&*file, &path, pos, end, READ_CHUNK_BYTES_MIN).await?;
             if batches.is_empty() {
                 break;
             }
@@ -474,7 +574,10 @@ impl Partition {
         }
         // The rest of that segment may not be written yet: it is in the tail cache.
         let inner = self.inner.borrow();
-        Ok(inner.cache.find_timestamp(from_offset, ts, hw).map(|(o, t)| (o.max(log_start), t)))
+        Ok(inner
+            .cache
+            .find_timestamp(from_offset, ts, hw)
+            .map(|(o, t)| (o.max(log_start), t)))
     }
 
     /// Max timestamp in the log and its offset (ListOffsets MAX_TIMESTAMP).
@@ -485,14 +588,26 @@ impl Partition {
     /// DeleteRecords: raises the log start to `before_offset` (-1 means the high watermark),
     /// persists it, deletes whole segments below it. Returns the new log start.
     pub async fn delete_records(&self, before_offset: i64) -> Result<i64, Error> {
-        let _permit = self.meta_lock.acquire_permit(1).await.map_err(|_| Error::Closed)?;
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
         let (new_start, doomed) = {
             let mut inner = self.inner.borrow_mut();
             inner.check_open()?;
             let hw = inner.high_watermark;
-            let target = if before_offset == -1 { hw } else { before_offset };
+            let target = if before_offset == -1 {
+                hw
+            } else {
+                before_offset
+            };
             if target < 0 || target > hw {
-                return Err(Error::OffsetOutOfRange { offset: before_offset, log_start: inner.log_start, log_end: hw });
+                return Err(Error::OffsetOutOfRange {
+                    offset: before_offset,
+                    log_start: inner.log_start,
+                    log_end: hw,
+                });
             }
             if target <= inner.log_start {
                 return Ok(inner.log_start);
@@ -510,13 +625,20 @@ impl Partition {
 
     /// Retention by time and size (never the active segment), plus rolling by segment.ms.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<(), Error> {
-        let _permit = self.meta_lock.acquire_permit(1).await.map_err(|_| Error::Closed)?;
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
         let (new_start, doomed) = {
             let mut inner = self.inner.borrow_mut();
             inner.check_open()?;
             let segment_ms = inner.config.segment_ms;
             let active = inner.active();
-            let roll = active.size > 0 && active.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= segment_ms);
+            let roll = active.size > 0
+                && active
+                    .first_append_ms
+                    .is_some_and(|t| now_ms.saturating_sub(t) >= segment_ms);
             if roll {
                 inner.roll(&self.dir);
                 self.flush_wakeup.notify_all();
@@ -524,15 +646,24 @@ impl Partition {
             let summaries: Vec<SegmentSummary> = inner
                 .segments
                 .values()
-                .map(|s| SegmentSummary { size: s.size, max_timestamp: s.max_timestamp, deletable: s.complete })
+                .map(|s| SegmentSummary {
+                    size: s.size,
+                    max_timestamp: s.max_timestamp,
+                    deletable: s.complete,
+                })
                 .collect();
             let n = segments_to_delete(&summaries, &inner.config, now_ms);
-            let Some(&new_start) = inner.segments.keys().nth(n) else { return Ok(()) };
+            let Some(&new_start) = inner.segments.keys().nth(n) else {
+                return Ok(());
+            };
             if n == 0 || new_start <= inner.log_start {
                 return Ok(());
             }
             // Complete segments are durable, so this never passes the high watermark.
-            assert!(new_start <= inner.high_watermark, "retention must not pass the high watermark");
+            assert!(
+                new_start <= inner.high_watermark,
+                "retention must not pass the high watermark"
+            );
             inner.log_start = new_start;
             inner.producers.evict_below(new_start);
             inner.cache.evict_below(new_start);
@@ -605,9 +736,21 @@ impl Partition {
             let snapshot = inner.producers.snapshot(next);
             let log_start = inner.log_start;
             let seg = inner.active();
-            (seg.base_offset, seg.index.clone(), seg.time_index.clone(), snapshot, log_start)
+            (
+                seg.base_offset,
+                seg.index.clone(),
+                seg.time_index.clone(),
+                snapshot,
+                log_start,
+            )
         };
-        if self.inner.borrow().segments.get(&base).is_some_and(|s| s.file.is_some()) {
+        if self
+            .inner
+            .borrow()
+            .segments
+            .get(&base)
+            .is_some_and(|s| s.file.is_some())
+        {
             write_indexes(&self.dir, base, &index, &time_index).await?;
         }
         write_producer_snapshot(&self.dir, &snapshot).await?;
@@ -641,12 +784,16 @@ impl Partition {
                 if inner.closing {
                     Step::Final
                 } else if has_sealed {
-                    Step::Flush { sync: inner.config.flush_policy == FlushPolicy::Sync }
+                    Step::Flush {
+                        sync: inner.config.flush_policy == FlushPolicy::Sync,
+                    }
                 } else {
                     match inner.config.flush_policy {
                         FlushPolicy::Sync if dirty => Step::Flush { sync: true },
                         FlushPolicy::Sync => Step::Wait { until: None },
-                        _ if unwritten >= STAGING_WRITE_THRESHOLD_BYTES as u64 => Step::Flush { sync: false },
+                        _ if unwritten >= STAGING_WRITE_THRESHOLD_BYTES as u64 => {
+                            Step::Flush { sync: false }
+                        }
                         FlushPolicy::IntervalMs(ms) => {
                             let deadline = last_sync + Duration::from_millis(ms);
                             if !dirty {
@@ -654,17 +801,22 @@ impl Partition {
                             } else if now >= deadline {
                                 Step::Flush { sync: true }
                             } else {
-                                Step::Wait { until: Some(deadline) }
+                                Step::Wait {
+                                    until: Some(deadline),
+                                }
                             }
                         }
                         FlushPolicy::Never => {
-                            let deadline = last_write + Duration::from_millis(NEVER_POLICY_WRITE_INTERVAL_MS);
+                            let deadline =
+                                last_write + Duration::from_millis(NEVER_POLICY_WRITE_INTERVAL_MS);
                             if unwritten == 0 {
                                 Step::Wait { until: None }
                             } else if now >= deadline {
                                 Step::Flush { sync: false }
                             } else {
-                                Step::Wait { until: Some(deadline) }
+                                Step::Wait {
+                                    until: Some(deadline),
+                                }
                             }
                         }
                     }
@@ -688,8 +840,11 @@ impl Partition {
                     }
                 }
                 Step::Wait { until: None } => wakeup.await,
-                Step::Wait { until: Some(deadline) } => {
-                    let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                Step::Wait {
+                    until: Some(deadline),
+                } => {
+                    let sleep =
+                        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
                     futures_lite::future::or(wakeup, sleep).await;
                 }
             }
@@ -711,9 +866,18 @@ impl Partition {
         loop {
             let (base, file, path, data, start, end_offset, size, sealed, prealloc) = {
                 let inner = self.inner.borrow();
-                let Some(seg) = inner.segments.values().find(|s| !s.complete) else { return Ok(()) };
-                let data = if seg.unwritten() > 0 { seg.staging.clone() } else { Vec::new() };
-                let prealloc = inner.config.preallocate_bytes.min(inner.config.segment_bytes);
+                let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
+                    return Ok(());
+                };
+                let data = if seg.unwritten() > 0 {
+                    seg.staging.clone()
+                } else {
+                    Vec::new()
+                };
+                let prealloc = inner
+                    .config
+                    .preallocate_bytes
+                    .min(inner.config.segment_bytes);
                 (
                     seg.base_offset,
                     seg.file.clone(),
@@ -732,9 +896,15 @@ impl Partition {
             let file = match file {
                 Some(f) => f,
                 None => {
-                    let f = self.fs.open_segment(&path, true).await.map_err(|e| Error::io(&path, "create", e))?;
+                    let f = self
+                        .fs
+                        .open_segment(&path, true)
+                        .await
+                        .map_err(|e| Error::io(&path, "create", e))?;
                     if prealloc > 0 {
-                        f.pre_allocate(prealloc).await.map_err(|e| Error::io(&path, "fallocate", e))?;
+                        f.pre_allocate(prealloc)
+                            .await
+                            .map_err(|e| Error::io(&path, "fallocate", e))?;
                     }
                     // The new file's directory entry must be durable before data in it counts.
                     state_file::sync_dir(&self.dir).await?;
@@ -745,7 +915,9 @@ impl Partition {
                 }
             };
             if !data.is_empty() {
-                file.write_at(&data, start).await.map_err(|e| Error::io(&path, "write", e))?;
+                file.write_at(&data, start)
+                    .await
+                    .map_err(|e| Error::io(&path, "write", e))?;
                 let mut inner = self.inner.borrow_mut();
                 if let Some(seg) = inner.segments.get_mut(&base) {
                     seg.written_through(start, data.len(), file.alignment());
@@ -758,7 +930,9 @@ impl Partition {
             if sync || sealed {
                 // Everything up to `end_offset` was in `data` or written before: one fsync
                 // covers every batch staged when this pass copied the buffer (group commit).
-                file.sync_data().await.map_err(|e| Error::io(&path, "fdatasync", e))?;
+                file.sync_data()
+                    .await
+                    .map_err(|e| Error::io(&path, "fdatasync", e))?;
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
             }
@@ -767,12 +941,22 @@ impl Partition {
             }
             // Finish the sealed segment: cut the preallocated tail, then (data durable first)
             // its index files and the producer snapshot as of its end.
-            file.truncate(size).await.map_err(|e| Error::io(&path, "truncate", e))?;
-            file.sync_data().await.map_err(|e| Error::io(&path, "fdatasync", e))?;
+            file.truncate(size)
+                .await
+                .map_err(|e| Error::io(&path, "truncate", e))?;
+            file.sync_data()
+                .await
+                .map_err(|e| Error::io(&path, "fdatasync", e))?;
             let (index, time_index, snapshot) = {
                 let mut inner = self.inner.borrow_mut();
-                let Some(seg) = inner.segments.get_mut(&base) else { continue };
-                (seg.index.clone(), seg.time_index.clone(), seg.snapshot_at_seal.take())
+                let Some(seg) = inner.segments.get_mut(&base) else {
+                    continue;
+                };
+                (
+                    seg.index.clone(),
+                    seg.time_index.clone(),
+                    seg.snapshot_at_seal.take(),
+                )
             };
             write_indexes(&self.dir, base, &index, &time_index).await?;
             if let Some(snapshot) = snapshot {

@@ -61,8 +61,17 @@ pub enum Verdict {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SequenceError {
-    InvalidProducerEpoch { producer_id: i64, epoch: i16, current: i16 },
-    OutOfOrderSequence { producer_id: i64, epoch: i16, first_seq: i32, last_seq: Option<i32> },
+    InvalidProducerEpoch {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
+    OutOfOrderSequence {
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: Option<i32>,
+    },
 }
 
 /// A point-in-time copy: `next_offset` is the log end it covers (replay starts there).
@@ -98,8 +107,15 @@ impl ProducerStateTable {
         };
         // Duplicates first, as Kafka does: a retried batch of the current epoch.
         if b.epoch == entry.epoch {
-            if let Some(d) = entry.batches.iter().find(|m| m.first_seq == b.first_seq && m.last_seq == b.last_seq) {
-                return Ok(Verdict::Duplicate { base_offset: d.base_offset, last_offset: d.last_offset });
+            if let Some(d) = entry
+                .batches
+                .iter()
+                .find(|m| m.first_seq == b.first_seq && m.last_seq == b.last_seq)
+            {
+                return Ok(Verdict::Duplicate {
+                    base_offset: d.base_offset,
+                    last_offset: d.last_offset,
+                });
             }
         }
         if b.epoch < entry.epoch {
@@ -139,23 +155,35 @@ impl ProducerStateTable {
         if !self.producers.contains_key(&b.producer_id) && self.producers.len() >= PRODUCERS_MAX {
             self.evict_oldest();
         }
-        let entry = self.producers.entry(b.producer_id).or_insert_with(|| ProducerEntry {
-            producer_id: b.producer_id,
-            epoch: b.epoch,
-            batches: Vec::new(),
-        });
+        let entry = self
+            .producers
+            .entry(b.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                producer_id: b.producer_id,
+                epoch: b.epoch,
+                batches: Vec::new(),
+            });
         if entry.epoch != b.epoch {
             entry.epoch = b.epoch;
             entry.batches.clear();
         }
-        entry.batches.push(BatchMetadata { first_seq: b.first_seq, last_seq: b.last_seq, base_offset, last_offset });
+        entry.batches.push(BatchMetadata {
+            first_seq: b.first_seq,
+            last_seq: b.last_seq,
+            base_offset,
+            last_offset,
+        });
         if entry.batches.len() > PRODUCER_BATCHES_RETAINED {
             entry.batches.remove(0);
         }
     }
 
     fn evict_oldest(&mut self) {
-        let oldest = self.producers.values().min_by_key(|e| e.last_offset()).map(|e| e.producer_id);
+        let oldest = self
+            .producers
+            .values()
+            .min_by_key(|e| e.last_offset())
+            .map(|e| e.producer_id);
         if let Some(pid) = oldest {
             self.producers.remove(&pid);
         }
@@ -164,13 +192,17 @@ impl ProducerStateTable {
     /// Forgets producers whose last batch lies wholly below the new log start (Kafka's
     /// `truncateHead`); their next batch is then accepted as from an unknown producer.
     pub fn evict_below(&mut self, log_start_offset: i64) {
-        self.producers.retain(|_, e| e.last_offset() >= log_start_offset);
+        self.producers
+            .retain(|_, e| e.last_offset() >= log_start_offset);
     }
 
     pub fn snapshot(&self, next_offset: i64) -> ProducerSnapshot {
         let mut producers: Vec<ProducerEntry> = self.producers.values().cloned().collect();
         producers.sort_by_key(|e| e.producer_id);
-        ProducerSnapshot { next_offset, producers }
+        ProducerSnapshot {
+            next_offset,
+            producers,
+        }
     }
 
     pub fn from_snapshot(s: &ProducerSnapshot) -> Self {
@@ -190,7 +222,12 @@ mod tests {
     use super::*;
 
     fn id(producer_id: i64, epoch: i16, first_seq: i32, last_seq: i32) -> BatchIdentity {
-        BatchIdentity { producer_id, epoch, first_seq, last_seq }
+        BatchIdentity {
+            producer_id,
+            epoch,
+            first_seq,
+            last_seq,
+        }
     }
 
     /// Table-driven: each case sets up a history of appended batches, then checks one batch
@@ -199,35 +236,128 @@ mod tests {
     fn sequence_rules_table() {
         use SequenceError::*;
         use Verdict::*;
-        type Case = (&'static str, Vec<(BatchIdentity, i64)>, BatchIdentity, Result<Verdict, SequenceError>);
-        let ooo = |pid, epoch, first_seq, last_seq| Err(OutOfOrderSequence { producer_id: pid, epoch, first_seq, last_seq });
+        type Case = (
+            &'static str,
+            Vec<(BatchIdentity, i64)>,
+            BatchIdentity,
+            Result<Verdict, SequenceError>,
+        );
+        let ooo = |pid, epoch, first_seq, last_seq| {
+            Err(OutOfOrderSequence {
+                producer_id: pid,
+                epoch,
+                first_seq,
+                last_seq,
+            })
+        };
         let cases: Vec<Case> = vec![
-            ("non-idempotent", vec![], id(-1, -1, -1, -1), Ok(NotIdempotent)),
+            (
+                "non-idempotent",
+                vec![],
+                id(-1, -1, -1, -1),
+                Ok(NotIdempotent),
+            ),
             ("unknown producer seq 0", vec![], id(7, 0, 0, 4), Ok(Append)),
-            ("unknown producer seq != 0 (KIP-360)", vec![], id(7, 0, 5, 9), Ok(Append)),
-            ("in sequence", vec![(id(7, 0, 0, 4), 0)], id(7, 0, 5, 9), Ok(Append)),
-            ("gap", vec![(id(7, 0, 0, 4), 0)], id(7, 0, 6, 9), ooo(7, 0, 6, Some(4))),
-            ("replayed older seq, not retained identity", vec![(id(7, 0, 0, 4), 0)], id(7, 0, 0, 3), ooo(7, 0, 0, Some(4))),
-            ("duplicate of last", vec![(id(7, 0, 0, 4), 10)], id(7, 0, 0, 4), Ok(Duplicate { base_offset: 10, last_offset: 14 })),
+            (
+                "unknown producer seq != 0 (KIP-360)",
+                vec![],
+                id(7, 0, 5, 9),
+                Ok(Append),
+            ),
+            (
+                "in sequence",
+                vec![(id(7, 0, 0, 4), 0)],
+                id(7, 0, 5, 9),
+                Ok(Append),
+            ),
+            (
+                "gap",
+                vec![(id(7, 0, 0, 4), 0)],
+                id(7, 0, 6, 9),
+                ooo(7, 0, 6, Some(4)),
+            ),
+            (
+                "replayed older seq, not retained identity",
+                vec![(id(7, 0, 0, 4), 0)],
+                id(7, 0, 0, 3),
+                ooo(7, 0, 0, Some(4)),
+            ),
+            (
+                "duplicate of last",
+                vec![(id(7, 0, 0, 4), 10)],
+                id(7, 0, 0, 4),
+                Ok(Duplicate {
+                    base_offset: 10,
+                    last_offset: 14,
+                }),
+            ),
             (
                 "duplicate of an older retained batch",
-                vec![(id(7, 0, 0, 1), 0), (id(7, 0, 2, 3), 2), (id(7, 0, 4, 5), 4)],
+                vec![
+                    (id(7, 0, 0, 1), 0),
+                    (id(7, 0, 2, 3), 2),
+                    (id(7, 0, 4, 5), 4),
+                ],
                 id(7, 0, 2, 3),
-                Ok(Duplicate { base_offset: 2, last_offset: 3 }),
+                Ok(Duplicate {
+                    base_offset: 2,
+                    last_offset: 3,
+                }),
             ),
             (
                 "evicted after five newer batches",
-                (0..6).map(|i| (id(7, 0, i * 2, i * 2 + 1), i as i64 * 2)).collect(),
+                (0..6)
+                    .map(|i| (id(7, 0, i * 2, i * 2 + 1), i as i64 * 2))
+                    .collect(),
                 id(7, 0, 0, 1),
                 ooo(7, 0, 0, Some(11)),
             ),
-            ("fenced epoch", vec![(id(7, 3, 0, 0), 0)], id(7, 2, 1, 1), Err(InvalidProducerEpoch { producer_id: 7, epoch: 2, current: 3 })),
-            ("new epoch starts at 0", vec![(id(7, 3, 0, 9), 0)], id(7, 4, 0, 0), Ok(Append)),
-            ("new epoch must start at 0", vec![(id(7, 3, 0, 9), 0)], id(7, 4, 10, 10), ooo(7, 4, 10, Some(9))),
-            ("same seq in new epoch is not a duplicate", vec![(id(7, 3, 0, 0), 0)], id(7, 4, 0, 0), Ok(Append)),
-            ("wrap at i32::MAX", vec![(id(7, 0, i32::MAX - 1, i32::MAX), 0)], id(7, 0, 0, 3), Ok(Append)),
-            ("no wrap to 1", vec![(id(7, 0, i32::MAX - 1, i32::MAX), 0)], id(7, 0, 1, 3), ooo(7, 0, 1, Some(i32::MAX))),
-            ("other producer independent", vec![(id(7, 0, 0, 4), 0)], id(8, 0, 0, 0), Ok(Append)),
+            (
+                "fenced epoch",
+                vec![(id(7, 3, 0, 0), 0)],
+                id(7, 2, 1, 1),
+                Err(InvalidProducerEpoch {
+                    producer_id: 7,
+                    epoch: 2,
+                    current: 3,
+                }),
+            ),
+            (
+                "new epoch starts at 0",
+                vec![(id(7, 3, 0, 9), 0)],
+                id(7, 4, 0, 0),
+                Ok(Append),
+            ),
+            (
+                "new epoch must start at 0",
+                vec![(id(7, 3, 0, 9), 0)],
+                id(7, 4, 10, 10),
+                ooo(7, 4, 10, Some(9)),
+            ),
+            (
+                "same seq in new epoch is not a duplicate",
+                vec![(id(7, 3, 0, 0), 0)],
+                id(7, 4, 0, 0),
+                Ok(Append),
+            ),
+            (
+                "wrap at i32::MAX",
+                vec![(id(7, 0, i32::MAX - 1, i32::MAX), 0)],
+                id(7, 0, 0, 3),
+                Ok(Append),
+            ),
+            (
+                "no wrap to 1",
+                vec![(id(7, 0, i32::MAX - 1, i32::MAX), 0)],
+                id(7, 0, 1, 3),
+                ooo(7, 0, 1, Some(i32::MAX)),
+            ),
+            (
+                "other producer independent",
+                vec![(id(7, 0, 0, 4), 0)],
+                id(8, 0, 0, 0),
+                Ok(Append),
+            ),
         ];
         for (name, history, probe, expected) in cases {
             let mut t = ProducerStateTable::default();

@@ -36,21 +36,34 @@ pub(crate) struct Recovered {
 
 pub(crate) fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
     let path = dir.join(PRODUCER_SNAPSHOT_FILE);
-    let Some(bytes) = read_raw(&path)? else { return Ok(None) };
+    let Some(bytes) = read_raw(&path)? else {
+        return Ok(None);
+    };
     let payload = unframe(&path, &bytes)?;
     decode::<ProducerSnapshot>(&path, payload).map(Some)
 }
 
 pub(crate) async fn write_producer_snapshot(dir: &Path, s: &ProducerSnapshot) -> Result<(), Error> {
     let path = dir.join(PRODUCER_SNAPSHOT_FILE);
-    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(s).map_err(|e| Error::corruption(&path, 0, e.to_string()))?;
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(s)
+        .map_err(|e| Error::corruption(&path, 0, e.to_string()))?;
     state_file::write_atomic(dir, PRODUCER_SNAPSHOT_FILE, state_file::frame(&payload)).await
 }
 
 /// Writes a segment's index files atomically (call only once its data is durable).
-pub(crate) async fn write_indexes(dir: &Path, base_offset: i64, index: &OffsetIndex, time_index: &TimeIndex) -> Result<(), Error> {
+pub(crate) async fn write_indexes(
+    dir: &Path,
+    base_offset: i64,
+    index: &OffsetIndex,
+    time_index: &TimeIndex,
+) -> Result<(), Error> {
     state_file::write_atomic(dir, &format!("{base_offset:020}.index"), index.encode()).await?;
-    state_file::write_atomic(dir, &format!("{base_offset:020}.timeindex"), time_index.encode()).await
+    state_file::write_atomic(
+        dir,
+        &format!("{base_offset:020}.timeindex"),
+        time_index.encode(),
+    )
+    .await
 }
 
 fn remove_if_exists(path: &Path) -> Result<(), Error> {
@@ -81,7 +94,10 @@ pub(crate) async fn scan_valid(
     let mut len = READ_CHUNK_BYTES_MAX;
     while pos < file_len {
         let len_now = (len as u64).min(file_len - pos) as usize;
-        let buf = file.read_at(pos, len_now).await.map_err(|e| Error::io(path, "read", e))?;
+        let buf = file
+            .read_at(pos, len_now)
+            .await
+            .map_err(|e| Error::io(path, "read", e))?;
         let at_file_end = pos + buf.len() as u64 >= file_len;
         let mut consumed = 0usize;
         let mut need_more = false;
@@ -115,7 +131,10 @@ pub(crate) async fn scan_valid(
         if need_more && consumed == 0 {
             // One batch larger than the read: size the next read to it, if it is plausible.
             match buf.get(..BATCH_HEADER_LEN).map(BatchHeader::parse) {
-                Some(Ok(h)) if h.total_len() <= BATCH_READ_BYTES_MAX && pos + h.total_len() as u64 <= file_len => {
+                Some(Ok(h))
+                    if h.total_len() <= BATCH_READ_BYTES_MAX
+                        && pos + h.total_len() as u64 <= file_len =>
+                {
                     len = h.total_len();
                 }
                 _ => return Ok(pos),
@@ -126,7 +145,12 @@ pub(crate) async fn scan_valid(
     Ok(pos)
 }
 
-fn load_index(dir: &Path, base: i64, file_len: u64, max_rel: u64) -> Option<(OffsetIndex, TimeIndex)> {
+fn load_index(
+    dir: &Path,
+    base: i64,
+    file_len: u64,
+    max_rel: u64,
+) -> Option<(OffsetIndex, TimeIndex)> {
     let idx_path = segment_path(dir, base, "index");
     let tidx_path = segment_path(dir, base, "timeindex");
     let index_bytes = read_raw(&idx_path).ok()??;
@@ -148,7 +172,11 @@ fn load_index(dir: &Path, base: i64, file_len: u64, max_rel: u64) -> Option<(Off
     Some((index, time_index))
 }
 
-pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem) -> Result<Recovered, Error> {
+pub(crate) async fn recover(
+    dir: &Path,
+    config: &LogConfig,
+    fs: &dyn FileSystem,
+) -> Result<Recovered, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create dir", e))?;
     let mut bases = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read dir", e))?;
@@ -193,7 +221,10 @@ pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem)
     while let Some(&base) = bases.get(i) {
         let next_base = bases.get(i + 1).copied();
         let path = segment_path(dir, base, "log");
-        let file = fs.open_segment(&path, false).await.map_err(|e| Error::io(&path, "open", e))?;
+        let file = fs
+            .open_segment(&path, false)
+            .await
+            .map_err(|e| Error::io(&path, "open", e))?;
         let file_len = file.size().await.map_err(|e| Error::io(&path, "stat", e))?;
         let mut seg = Segment::new(dir, base);
         if let Some(next_base) = next_base {
@@ -219,7 +250,9 @@ pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem)
                 }
                 let mut sealed_indexes = (seg.index.clone(), seg.time_index.clone());
                 if seg.offset_of_max_timestamp >= base {
-                    sealed_indexes.1.maybe_push(seg.max_timestamp, seg.relative(seg.offset_of_max_timestamp));
+                    sealed_indexes
+                        .1
+                        .maybe_push(seg.max_timestamp, seg.relative(seg.offset_of_max_timestamp));
                 }
                 seg.time_index = sealed_indexes.1.clone();
                 write_indexes(dir, base, &sealed_indexes.0, &sealed_indexes.1).await?;
@@ -258,7 +291,10 @@ pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem)
                 let target = replay_from.saturating_sub(base).clamp(0, u32::MAX as i64) as u32;
                 if let Some((rel, pos)) = index.floor_entry(target) {
                     // Trust the entry only if a valid batch with that offset starts there.
-                    let head = file.read_at(pos as u64, BATCH_HEADER_LEN).await.map_err(|e| Error::io(&path, "read", e))?;
+                    let head = file
+                        .read_at(pos as u64, BATCH_HEADER_LEN)
+                        .await
+                        .map_err(|e| Error::io(&path, "read", e))?;
                     match BatchHeader::parse(&head) {
                         Ok(h) if h.base_offset == base + rel as i64 => {
                             seg.index = index.clone();
@@ -306,21 +342,34 @@ pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem)
         }
         // Cut the file to the logical end even when it looks clean: the tail of the last
         // block may hold zero padding from a previous direct-I/O write.
-        file.truncate(valid_end).await.map_err(|e| Error::io(&path, "truncate", e))?;
+        file.truncate(valid_end)
+            .await
+            .map_err(|e| Error::io(&path, "truncate", e))?;
         let prealloc = config.preallocate_bytes.min(config.segment_bytes);
         if prealloc > 0 {
-            file.pre_allocate(prealloc).await.map_err(|e| Error::io(&path, "fallocate", e))?;
+            file.pre_allocate(prealloc)
+                .await
+                .map_err(|e| Error::io(&path, "fallocate", e))?;
         }
-        file.sync_data().await.map_err(|e| Error::io(&path, "fsync", e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| Error::io(&path, "fsync", e))?;
         seg.size = valid_end;
         seg.written = valid_end;
         let align = file.alignment().max(1);
         seg.staging_start = valid_end - valid_end % align;
         let tail_len = (valid_end - seg.staging_start) as usize;
         if tail_len > 0 {
-            let tail = file.read_at(seg.staging_start, tail_len).await.map_err(|e| Error::io(&path, "read", e))?;
+            let tail = file
+                .read_at(seg.staging_start, tail_len)
+                .await
+                .map_err(|e| Error::io(&path, "read", e))?;
             if tail.len() != tail_len {
-                return Err(Error::corruption(&path, seg.staging_start, "short read of the last block"));
+                return Err(Error::corruption(
+                    &path,
+                    seg.staging_start,
+                    "short read of the last block",
+                ));
             }
             seg.staging = tail.to_vec();
         }
@@ -329,12 +378,21 @@ pub(crate) async fn recover(dir: &Path, config: &LogConfig, fs: &dyn FileSystem)
         i += 1;
     }
 
-    let next_offset = segments.values().next_back().map(|s| s.next_offset).unwrap_or(log_start);
+    let next_offset = segments
+        .values()
+        .next_back()
+        .map(|s| s.next_offset)
+        .unwrap_or(log_start);
     if segments.is_empty() {
         segments.insert(log_start, Segment::new(dir, log_start));
     }
     let first_base = segments.keys().next().copied().unwrap_or(log_start);
     log_start = log_start.clamp(first_base, next_offset);
     producers.evict_below(log_start);
-    Ok(Recovered { segments, log_start, next_offset, producers })
+    Ok(Recovered {
+        segments,
+        log_start,
+        next_offset,
+        producers,
+    })
 }

@@ -17,16 +17,24 @@ pub(crate) struct SegmentSummary {
 
 /// Number of leading segments to delete. `segments` is in offset order and includes the
 /// active segment last.
-pub(crate) fn segments_to_delete(segments: &[SegmentSummary], config: &LogConfig, now_ms: i64) -> usize {
-    let Some((_, closed)) = segments.split_last() else { return 0 };
+pub(crate) fn segments_to_delete(
+    segments: &[SegmentSummary],
+    config: &LogConfig,
+    now_ms: i64,
+) -> usize {
+    let Some((_, closed)) = segments.split_last() else {
+        return 0;
+    };
     let mut total: u64 = segments.iter().map(|s| s.size).sum();
     let mut n = 0;
     for s in closed {
         if !s.deletable {
             break;
         }
-        let by_time = config.retention_ms >= 0 && now_ms.saturating_sub(s.max_timestamp) > config.retention_ms;
-        let by_size = config.retention_bytes >= 0 && total.saturating_sub(s.size) >= config.retention_bytes as u64;
+        let by_time = config.retention_ms >= 0
+            && now_ms.saturating_sub(s.max_timestamp) > config.retention_ms;
+        let by_size = config.retention_bytes >= 0
+            && total.saturating_sub(s.size) >= config.retention_bytes as u64;
         if !(by_time || by_size) {
             break;
         }
@@ -44,19 +52,72 @@ mod tests {
     /// stop at the first segment that is not deletable or not expired.
     #[test]
     fn retention_table() {
-        let seg = |size, ts, deletable| SegmentSummary { size, max_timestamp: ts, deletable };
-        let cfg = |ms, bytes| LogConfig { retention_ms: ms, retention_bytes: bytes, ..LogConfig::default() };
+        let seg = |size, ts, deletable| SegmentSummary {
+            size,
+            max_timestamp: ts,
+            deletable,
+        };
+        let cfg = |ms, bytes| LogConfig {
+            retention_ms: ms,
+            retention_bytes: bytes,
+            ..LogConfig::default()
+        };
         let cases = vec![
-            ("forever", vec![seg(10, 0, true), seg(10, 0, true)], cfg(-1, -1), 1000, 0),
-            ("time: old closed only", vec![seg(10, 0, true), seg(10, 0, true)], cfg(100, -1), 1000, 1),
-            ("time: stops at young", vec![seg(10, 0, true), seg(10, 990, true), seg(10, 0, true), seg(1, 0, true)], cfg(100, -1), 1000, 1),
-            ("size", vec![seg(10, 0, true), seg(10, 0, true), seg(10, 0, true)], cfg(-1, 15), 0, 1),
-            ("size exact", vec![seg(10, 0, true), seg(10, 0, true), seg(10, 0, true)], cfg(-1, 10), 0, 2),
-            ("not deletable", vec![seg(10, 0, false), seg(10, 0, true)], cfg(100, -1), 1000, 0),
+            (
+                "forever",
+                vec![seg(10, 0, true), seg(10, 0, true)],
+                cfg(-1, -1),
+                1000,
+                0,
+            ),
+            (
+                "time: old closed only",
+                vec![seg(10, 0, true), seg(10, 0, true)],
+                cfg(100, -1),
+                1000,
+                1,
+            ),
+            (
+                "time: stops at young",
+                vec![
+                    seg(10, 0, true),
+                    seg(10, 990, true),
+                    seg(10, 0, true),
+                    seg(1, 0, true),
+                ],
+                cfg(100, -1),
+                1000,
+                1,
+            ),
+            (
+                "size",
+                vec![seg(10, 0, true), seg(10, 0, true), seg(10, 0, true)],
+                cfg(-1, 15),
+                0,
+                1,
+            ),
+            (
+                "size exact",
+                vec![seg(10, 0, true), seg(10, 0, true), seg(10, 0, true)],
+                cfg(-1, 10),
+                0,
+                2,
+            ),
+            (
+                "not deletable",
+                vec![seg(10, 0, false), seg(10, 0, true)],
+                cfg(100, -1),
+                1000,
+                0,
+            ),
             ("empty", vec![], cfg(1, 1), 1000, 0),
         ];
         for (name, segs, config, now, expected) in cases {
-            assert_eq!(segments_to_delete(&segs, &config, now), expected, "case {name}");
+            assert_eq!(
+                segments_to_delete(&segs, &config, now),
+                expected,
+                "case {name}"
+            );
         }
     }
 }

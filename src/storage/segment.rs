@@ -89,7 +89,11 @@ impl Segment {
 
     pub(crate) fn relative(&self, offset: i64) -> u32 {
         let rel = offset - self.base_offset;
-        assert!((0..=u32::MAX as i64).contains(&rel), "offset {offset} outside segment {}", self.base_offset);
+        assert!(
+            (0..=u32::MAX as i64).contains(&rel),
+            "offset {offset} outside segment {}",
+            self.base_offset
+        );
         rel as u32
     }
 
@@ -98,12 +102,19 @@ impl Segment {
     }
 
     /// Updates the indexes for one batch stored at `position` (shared by append and recovery).
-    pub(crate) fn index_batch(&mut self, h: &BatchHeader, position: u64, index_interval_bytes: u32) {
+    pub(crate) fn index_batch(
+        &mut self,
+        h: &BatchHeader,
+        position: u64,
+        index_interval_bytes: u32,
+    ) {
         if h.max_timestamp > self.max_timestamp {
             self.max_timestamp = h.max_timestamp;
             self.offset_of_max_timestamp = h.last_offset();
         }
-        if self.bytes_since_index >= index_interval_bytes as u64 || self.index.len() == 0 && position == 0 {
+        if self.bytes_since_index >= index_interval_bytes as u64
+            || self.index.len() == 0 && position == 0
+        {
             let rel = self.relative(h.base_offset);
             let need = self.index.last().map(|(r, _)| rel > r).unwrap_or(true);
             if need {
@@ -120,8 +131,17 @@ impl Segment {
     }
 
     /// Stages one batch (already patched) at the end of the segment.
-    pub(crate) fn append(&mut self, bytes: &[u8], h: &BatchHeader, index_interval_bytes: u32, now_ms: i64) {
-        assert!(h.base_offset == self.next_offset, "offsets must be contiguous");
+    pub(crate) fn append(
+        &mut self,
+        bytes: &[u8],
+        h: &BatchHeader,
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) {
+        assert!(
+            h.base_offset == self.next_offset,
+            "offsets must be contiguous"
+        );
         let position = self.size;
         self.index_batch(h, position, index_interval_bytes);
         self.staging.extend_from_slice(bytes);
@@ -170,18 +190,30 @@ pub(crate) async fn read_batches(
             return Ok((Vec::new(), pos));
         }
         let len_now = (len as u64).min(end - pos) as usize;
-        let buf = file.read_at(pos, len_now).await.map_err(|e| Error::io(path, "read", e))?;
+        let buf = file
+            .read_at(pos, len_now)
+            .await
+            .map_err(|e| Error::io(path, "read", e))?;
         if buf.len() < len_now {
-            return Err(Error::corruption(path, pos + buf.len() as u64, "file shorter than the segment"));
+            return Err(Error::corruption(
+                path,
+                pos + buf.len() as u64,
+                "file shorter than the segment",
+            ));
         }
         let mut out = Vec::new();
         let mut at = 0usize;
         while let Some(rest) = buf.get(at..).filter(|r| r.len() >= BATCH_HEADER_LEN) {
             let here = pos + at as u64;
-            let h = BatchHeader::parse(rest).map_err(|e| Error::corruption(path, here, e.to_string()))?;
+            let h = BatchHeader::parse(rest)
+                .map_err(|e| Error::corruption(path, here, e.to_string()))?;
             let total = h.total_len();
             if here + total as u64 > end {
-                return Err(Error::corruption(path, here, "batch extends past the segment end"));
+                return Err(Error::corruption(
+                    path,
+                    here,
+                    "batch extends past the segment end",
+                ));
             }
             let Some(one) = rest.get(..total) else { break };
             let h = validate(one).map_err(|e| Error::corruption(path, here, e.to_string()))?;
@@ -193,7 +225,9 @@ pub(crate) async fn read_batches(
         }
         // The first batch did not fit in this read: read again, sized to it.
         let need = match buf.get(..BATCH_HEADER_LEN) {
-            Some(head) => BatchHeader::parse(head).map_err(|e| Error::corruption(path, pos, e.to_string()))?.total_len(),
+            Some(head) => BatchHeader::parse(head)
+                .map_err(|e| Error::corruption(path, pos, e.to_string()))?
+                .total_len(),
             None => BATCH_HEADER_LEN,
         };
         if need as u64 > end - pos || need > BATCH_READ_BYTES_MAX || need <= len_now {

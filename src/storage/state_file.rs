@@ -47,7 +47,9 @@ pub(crate) async fn write_atomic(dir: &Path, name: &str, bytes: Vec<u8>) -> Resu
     }
     file.fdatasync().await.map_err(io("fsync", &tmp))?;
     file.close().await.map_err(io("close", &tmp))?;
-    glommio::io::rename(&tmp, &dst).await.map_err(io("rename", &dst))?;
+    glommio::io::rename(&tmp, &dst)
+        .await
+        .map_err(io("rename", &dst))?;
     sync_dir(dir).await
 }
 
@@ -55,8 +57,12 @@ pub(crate) async fn sync_dir(dir: &Path) -> Result<(), Error> {
     let d = glommio::io::Directory::open(dir)
         .await
         .map_err(|e| Error::io(dir, "open dir", e.into()))?;
-    d.sync().await.map_err(|e| Error::io(dir, "fsync dir", e.into()))?;
-    d.close().await.map_err(|e| Error::io(dir, "close dir", e.into()))
+    d.sync()
+        .await
+        .map_err(|e| Error::io(dir, "fsync dir", e.into()))?;
+    d.close()
+        .await
+        .map_err(|e| Error::io(dir, "close dir", e.into()))
 }
 
 /// Reads a whole small file; `None` if it does not exist. Bounded by `STATE_FILE_BYTES_MAX`.
@@ -65,11 +71,17 @@ pub(crate) fn read_raw(path: &Path) -> Result<Option<Vec<u8>>, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(path, "stat", e)),
         Ok(m) if m.len() > STATE_FILE_BYTES_MAX as u64 => {
-            return Err(Error::corruption(path, 0, format!("{} bytes is too large", m.len())))
+            return Err(Error::corruption(
+                path,
+                0,
+                format!("{} bytes is too large", m.len()),
+            ))
         }
         Ok(_) => {}
     }
-    std::fs::read(path).map(Some).map_err(|e| Error::io(path, "read", e))
+    std::fs::read(path)
+        .map(Some)
+        .map_err(|e| Error::io(path, "read", e))
 }
 
 pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
@@ -84,7 +96,9 @@ pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
 /// Checks magic, length and CRC; returns the payload.
 pub(crate) fn unframe<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a [u8], Error> {
     let corrupt = |why: &str| Error::corruption(path, 0, why.to_string());
-    let header = bytes.get(..FRAME_HEADER_LEN).ok_or_else(|| corrupt("short header"))?;
+    let header = bytes
+        .get(..FRAME_HEADER_LEN)
+        .ok_or_else(|| corrupt("short header"))?;
     let (magic, rest) = header.split_at(4);
     if magic != MAGIC {
         return Err(corrupt("bad magic"));
@@ -110,7 +124,9 @@ pub(crate) async fn write_log_start(dir: &Path, log_start_offset: i64) -> Result
 /// `Ok(None)` if absent; `Err(Corruption)` if present but unreadable.
 pub(crate) fn read_log_start(dir: &Path) -> Result<Option<i64>, Error> {
     let path = dir.join(LOG_START_FILE);
-    let Some(bytes) = read_raw(&path)? else { return Ok(None) };
+    let Some(bytes) = read_raw(&path)? else {
+        return Ok(None);
+    };
     let payload = unframe(&path, &bytes)?;
     let state: LogStartState = decode(&path, payload)?;
     Ok(Some(state.log_start_offset))

@@ -30,7 +30,10 @@ impl TailCache {
 
     pub(crate) fn push(&mut self, batch: CachedBatch) {
         if let Some(last) = self.batches.back() {
-            assert!(batch.base_offset == last.last_offset + 1, "tail cache must stay contiguous");
+            assert!(
+                batch.base_offset == last.last_offset + 1,
+                "tail cache must stay contiguous"
+            );
         }
         self.bytes += batch.bytes.len();
         self.batches.push_back(batch);
@@ -82,8 +85,15 @@ impl TailCache {
     }
 
     /// The first batch at or after `from_offset` with max timestamp >= `timestamp`.
-    pub(crate) fn find_timestamp(&self, from_offset: i64, timestamp: i64, high_watermark: i64) -> Option<(i64, i64)> {
-        let start = self.batches.partition_point(|b| b.last_offset < from_offset);
+    pub(crate) fn find_timestamp(
+        &self,
+        from_offset: i64,
+        timestamp: i64,
+        high_watermark: i64,
+    ) -> Option<(i64, i64)> {
+        let start = self
+            .batches
+            .partition_point(|b| b.last_offset < from_offset);
         self.batches
             .range(start..)
             .take_while(|b| b.base_offset < high_watermark)

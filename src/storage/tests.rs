@@ -17,7 +17,14 @@ use crate::protocol::record_batch::{
 
 /// A valid v2 batch: `records` records (payload is opaque filler; `validate` does not decode
 /// records), CreateTime `max_ts`, the given producer fields, CRC-32C over bytes 21.. .
-pub(crate) fn make_batch(records: i32, max_ts: i64, pid: i64, epoch: i16, seq: i32, payload: usize) -> BytesMut {
+pub(crate) fn make_batch(
+    records: i32,
+    max_ts: i64,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    payload: usize,
+) -> BytesMut {
     let total = BATCH_HEADER_LEN + payload;
     let mut b = Vec::with_capacity(total);
     b.extend_from_slice(&0i64.to_be_bytes()); // baseOffset
@@ -54,7 +61,9 @@ fn stored(batch: &BytesMut, base: i64) -> Bytes {
 }
 
 pub(crate) fn test_dir() -> tempfile::TempDir {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("tmp");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("tmp");
     std::fs::create_dir_all(&root).unwrap();
     tempfile::tempdir_in(root).unwrap()
 }
@@ -64,7 +73,11 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    glommio::LocalExecutorBuilder::default().spawn(f).unwrap().join().unwrap();
+    glommio::LocalExecutorBuilder::default()
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap();
 }
 
 fn small_config() -> LogConfig {
@@ -107,12 +120,23 @@ async fn check_all(p: &Partition, model: &[(i64, Bytes)]) {
 fn append_read_roundtrip() {
     run(|| async {
         let dir = test_dir();
-        let p = Partition::open(dir.path().to_path_buf(), small_config()).await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
         let mut model = Vec::new();
         for i in 0..50 {
             let b = plain(1 + i % 3, 1000 + i as i64, 100 + (i as usize * 7) % 300);
             let out = p.append(b.clone(), 0).unwrap();
-            assert_eq!(out.base_offset, model.last().map(|(_, bytes): &(i64, Bytes)| BatchHeader::parse(bytes).unwrap().last_offset() + 1).unwrap_or(0));
+            assert_eq!(
+                out.base_offset,
+                model
+                    .last()
+                    .map(|(_, bytes): &(i64, Bytes)| BatchHeader::parse(bytes)
+                        .unwrap()
+                        .last_offset()
+                        + 1)
+                    .unwrap_or(0)
+            );
             model.push((out.base_offset, stored(&b, out.base_offset)));
             if i % 10 == 9 {
                 p.wait_durable(out.last_offset).await.unwrap();
@@ -127,19 +151,31 @@ fn append_read_roundtrip() {
         let r = p.read(0, 1500).await.unwrap();
         let got = concat(&r.chunks);
         assert!(got.len() <= 1500 && !got.is_empty());
-        let expected: Vec<u8> = model.iter().flat_map(|(_, b)| b.iter().copied()).take(got.len()).collect();
+        let expected: Vec<u8> = model
+            .iter()
+            .flat_map(|(_, b)| b.iter().copied())
+            .take(got.len())
+            .collect();
         assert_eq!(got, expected);
         // KIP-74: max_bytes smaller than a batch still returns one whole batch.
         assert_eq!(p.read(0, 1).await.unwrap().chunks.len(), 1);
         assert!(p.read(leo, 100).await.unwrap().chunks.is_empty());
-        assert!(matches!(p.read(leo + 1, 100).await, Err(Error::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            p.read(leo + 1, 100).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
         assert!(matches!(
             p.append(plain(1, 0, 2_000_000), 0),
             Err(AppendError::MessageTooLarge { .. })
         ));
-        assert!(std::fs::read_dir(dir.path()).unwrap().count() > 3, "segments rolled");
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().count() > 3,
+            "segments rolled"
+        );
         p.close().await.unwrap();
-        let p = Partition::open(dir.path().to_path_buf(), small_config()).await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
         assert_eq!(p.log_end_offset(), leo);
         check_all(&p, &model).await;
         p.close().await.unwrap();
@@ -165,10 +201,19 @@ async fn fill(dir: &Path, config: LogConfig, n: i32) -> (Vec<(i64, Bytes)>, Rc<P
 /// and after another restart the new data is there (stale bytes never come back).
 #[test]
 fn recovery_from_damaged_tail() {
-    for damage in ["torn", "flipped", "garbage", "valid_batch_wrong_offset", "zeros"] {
+    for damage in [
+        "torn",
+        "flipped",
+        "garbage",
+        "valid_batch_wrong_offset",
+        "zeros",
+    ] {
         run(move || async move {
             let dir = test_dir();
-            let config = LogConfig { segment_bytes: 1 << 20, ..small_config() };
+            let config = LogConfig {
+                segment_bytes: 1 << 20,
+                ..small_config()
+            };
             let (mut model, p) = fill(dir.path(), config.clone(), 20).await;
             p.close().await.unwrap();
             let path = log_file(dir.path(), 0);
@@ -202,9 +247,14 @@ fn recovery_from_damaged_tail() {
             };
             std::fs::write(&path, &bytes).unwrap();
             model.truncate(keep);
-            let expected_leo = BatchHeader::parse(&model.last().unwrap().1).unwrap().last_offset() + 1;
+            let expected_leo = BatchHeader::parse(&model.last().unwrap().1)
+                .unwrap()
+                .last_offset()
+                + 1;
 
-            let p = Partition::open(dir.path().to_path_buf(), config.clone()).await.unwrap();
+            let p = Partition::open(dir.path().to_path_buf(), config.clone())
+                .await
+                .unwrap();
             assert_eq!(p.log_end_offset(), expected_leo, "{damage}");
             assert_eq!(p.high_watermark(), expected_leo, "{damage}");
             check_all(&p, &model).await;
@@ -218,13 +268,22 @@ fn recovery_from_damaged_tail() {
             check_all(&p, &model).await;
             p.close().await.unwrap();
 
-            let p = Partition::open(dir.path().to_path_buf(), config).await.unwrap();
+            let p = Partition::open(dir.path().to_path_buf(), config)
+                .await
+                .unwrap();
             assert_eq!(p.log_end_offset(), expected_leo + 9, "{damage}");
             check_all(&p, &model).await;
             // The file holds exactly the valid batches: nothing stale survives.
             let file = std::fs::read(&path).unwrap();
-            let valid: usize = BatchIter::new(&file).map_while(Result::ok).map(|(_, h)| h.total_len()).sum();
-            assert_eq!(valid, model.iter().map(|(_, b)| b.len()).sum::<usize>(), "{damage}");
+            let valid: usize = BatchIter::new(&file)
+                .map_while(Result::ok)
+                .map(|(_, h)| h.total_len())
+                .sum();
+            assert_eq!(
+                valid,
+                model.iter().map(|(_, b)| b.len()).sum::<usize>(),
+                "{damage}"
+            );
             p.close().await.unwrap();
         });
     }
@@ -240,7 +299,12 @@ fn recovery_rebuilds_bad_indexes() {
         p.close().await.unwrap();
         let mut bases: Vec<i64> = std::fs::read_dir(dir.path())
             .unwrap()
-            .filter_map(|e| e.unwrap().file_name().to_str().and_then(super::segment::parse_segment_name))
+            .filter_map(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_str()
+                    .and_then(super::segment::parse_segment_name)
+            })
             .collect();
         bases.sort();
         assert!(bases.len() >= 4, "need several segments, got {bases:?}");
@@ -250,10 +314,15 @@ fn recovery_rebuilds_bad_indexes() {
         std::fs::write(idx(bases[2], "index"), [0u8; 16]).unwrap(); // not increasing
         std::fs::remove_file(idx(bases[1], "timeindex")).unwrap();
         std::fs::remove_file(idx(*bases.last().unwrap(), "index")).unwrap();
-        let p = Partition::open(dir.path().to_path_buf(), small_config()).await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
         assert_eq!(p.log_end_offset(), 120);
         check_all(&p, &model).await;
-        assert_eq!(p.offset_for_timestamp(5000 + 31).await.unwrap(), Some((62, 5031)));
+        assert_eq!(
+            p.offset_for_timestamp(5000 + 31).await.unwrap(),
+            Some((62, 5031))
+        );
         assert_eq!(p.offset_for_timestamp(0).await.unwrap(), Some((0, 5000)));
         assert_eq!(p.offset_for_timestamp(99_999).await.unwrap(), None);
         assert_eq!(p.max_timestamp(), Some((5059, 119)));
@@ -269,8 +338,13 @@ fn idempotent_duplicates_survive_restart() {
     for clean in [true, false] {
         run(move || async move {
             let dir = test_dir();
-            let config = LogConfig { segment_bytes: 2048, ..small_config() };
-            let p = Partition::open(dir.path().to_path_buf(), config.clone()).await.unwrap();
+            let config = LogConfig {
+                segment_bytes: 2048,
+                ..small_config()
+            };
+            let p = Partition::open(dir.path().to_path_buf(), config.clone())
+                .await
+                .unwrap();
             let mut outs = Vec::new();
             for seq in 0..20 {
                 let b = make_batch(2, 1, 42, 3, seq * 2, 200);
@@ -282,11 +356,16 @@ fn idempotent_duplicates_survive_restart() {
             }
             // Without close, the old instance is simply abandoned (its files as after kill -9
             // once every batch was durable).
-            let p2 = Partition::open(dir.path().to_path_buf(), config).await.unwrap();
+            let p2 = Partition::open(dir.path().to_path_buf(), config)
+                .await
+                .unwrap();
             assert_eq!(p2.log_end_offset(), 40);
             let dup = p2.append(make_batch(2, 1, 42, 3, 38, 200), 0).unwrap();
             assert!(dup.duplicate);
-            assert_eq!((dup.base_offset, dup.last_offset), (outs[19].base_offset, outs[19].last_offset));
+            assert_eq!(
+                (dup.base_offset, dup.last_offset),
+                (outs[19].base_offset, outs[19].last_offset)
+            );
             let dup = p2.append(make_batch(2, 1, 42, 3, 32, 200), 0).unwrap();
             assert!(dup.duplicate && dup.base_offset == outs[16].base_offset);
             assert!(matches!(
@@ -310,28 +389,59 @@ fn idempotent_duplicates_survive_restart() {
 fn delete_records_and_retention() {
     run(|| async {
         let dir = test_dir();
-        let config = LogConfig { retention_ms: -1, ..small_config() };
+        let config = LogConfig {
+            retention_ms: -1,
+            ..small_config()
+        };
         let (model, p) = fill(dir.path(), config.clone(), 60).await;
-        let count = || std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log")).count();
+        let count = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "log")
+                })
+                .count()
+        };
         let before = count();
-        assert!(matches!(p.delete_records(121).await, Err(Error::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            p.delete_records(121).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
         assert_eq!(p.delete_records(45).await.unwrap(), 45);
         assert_eq!(p.log_start_offset(), 45);
         assert!(count() < before);
-        assert!(matches!(p.read(44, 10).await, Err(Error::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            p.read(44, 10).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
         check_all(&p, &model).await;
         p.close().await.unwrap();
-        let p = Partition::open(dir.path().to_path_buf(), config.clone()).await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
         assert_eq!(p.log_start_offset(), 45);
         check_all(&p, &model).await;
         // Segments hold 19 batches (4009 bytes); 38 and 76 are closed, 114 is active (633 bytes).
-        p.set_config(LogConfig { retention_bytes: 4000, ..config.clone() });
+        p.set_config(LogConfig {
+            retention_bytes: 4000,
+            ..config.clone()
+        });
         p.enforce_retention(0).await.unwrap();
         let start = p.log_start_offset();
-        assert_eq!(start, 76, "the segment holding 45 goes; the next would leave < 4000 bytes");
+        assert_eq!(
+            start, 76,
+            "the segment holding 45 goes; the next would leave < 4000 bytes"
+        );
         check_all(&p, &model).await;
         // Retention by time deletes every closed segment but never the active one.
-        p.set_config(LogConfig { retention_ms: 10, ..config });
+        p.set_config(LogConfig {
+            retention_ms: 10,
+            ..config
+        });
         p.enforce_retention(1_000_000).await.unwrap();
         assert_eq!(count(), 1);
         check_all(&p, &model).await;
@@ -346,8 +456,13 @@ fn delete_records_and_retention() {
 fn wait_for_data_and_log_append_time() {
     run(|| async {
         let dir = test_dir();
-        let config = LogConfig { message_timestamp_type: TimestampType::LogAppendTime, ..small_config() };
-        let p = Partition::open(dir.path().to_path_buf(), config).await.unwrap();
+        let config = LogConfig {
+            message_timestamp_type: TimestampType::LogAppendTime,
+            ..small_config()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
         let start = std::time::Instant::now();
         p.wait_for_data(0, Duration::from_millis(50)).await;
         assert!(start.elapsed() >= Duration::from_millis(45));
@@ -368,20 +483,31 @@ fn wait_for_data_and_log_append_time() {
     });
 }
 
+#[derive(Default)]
 struct FaultyFs {
     fail_sync: Rc<Cell<bool>>,
+    syncs: Rc<Cell<u32>>,
 }
 struct FaultyFile {
     inner: Rc<dyn SegmentFile>,
     fail_sync: Rc<Cell<bool>>,
+    syncs: Rc<Cell<u32>>,
 }
 static DMA: DmaFileSystem = DmaFileSystem;
 
 impl FileSystem for FaultyFs {
-    fn open_segment<'a>(&'a self, path: &'a Path, create: bool) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+    fn open_segment<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
         Box::pin(async move {
             let inner = DMA.open_segment(path, create).await?;
-            let f: Rc<dyn SegmentFile> = Rc::new(FaultyFile { inner, fail_sync: Rc::clone(&self.fail_sync) });
+            let f: Rc<dyn SegmentFile> = Rc::new(FaultyFile {
+                inner,
+                fail_sync: Rc::clone(&self.fail_sync),
+                syncs: Rc::clone(&self.syncs),
+            });
             Ok(f)
         })
     }
@@ -397,6 +523,7 @@ impl SegmentFile for FaultyFile {
         self.inner.read_at(pos, len)
     }
     fn sync_data(&self) -> IoFuture<'_, ()> {
+        self.syncs.set(self.syncs.get() + 1);
         if self.fail_sync.get() {
             return Box::pin(async { Err(std::io::Error::other("injected fdatasync failure")) });
         }
@@ -420,19 +547,70 @@ fn failed_fsync_poisons_partition() {
     run(|| async {
         let dir = test_dir();
         let fail_sync = Rc::new(Cell::new(false));
-        let fs = Rc::new(FaultyFs { fail_sync: Rc::clone(&fail_sync) });
-        let p = Partition::open_with(dir.path().to_path_buf(), small_config(), fs).await.unwrap();
+        let fs = Rc::new(FaultyFs {
+            fail_sync: Rc::clone(&fail_sync),
+            ..FaultyFs::default()
+        });
+        let p = Partition::open_with(dir.path().to_path_buf(), small_config(), fs)
+            .await
+            .unwrap();
         let ok = p.append(plain(1, 1, 10), 0).unwrap();
         p.wait_durable(ok.last_offset).await.unwrap();
         fail_sync.set(true);
         let bad = p.append(plain(1, 1, 10), 0).unwrap();
-        assert!(matches!(p.wait_durable(bad.last_offset).await, Err(Error::Io { .. })));
+        assert!(matches!(
+            p.wait_durable(bad.last_offset).await,
+            Err(Error::Io { .. })
+        ));
         assert_eq!(p.high_watermark(), 1);
-        assert!(matches!(p.append(plain(1, 1, 10), 0), Err(AppendError::Storage(Error::Io { .. }))));
+        assert!(matches!(
+            p.append(plain(1, 1, 10), 0),
+            Err(AppendError::Storage(Error::Io { .. }))
+        ));
         assert!(p.close().await.is_err());
-        let p = Partition::open(dir.path().to_path_buf(), small_config()).await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
         assert!(p.log_end_offset() >= 1);
         assert_eq!(p.read(0, 1).await.unwrap().chunks.len(), 1);
+        p.close().await.unwrap();
+    });
+}
+
+/// Group commit: 200 producers appending concurrently and each waiting for durability are
+/// covered by a handful of fdatasyncs, not one per batch; every waiter is released.
+#[test]
+fn group_commit_shares_fsyncs() {
+    run(|| async {
+        let dir = test_dir();
+        let fs = Rc::new(FaultyFs::default());
+        let syncs = Rc::clone(&fs.syncs);
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            ..small_config()
+        };
+        let p = Partition::open_with(dir.path().to_path_buf(), config, fs)
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (0..200)
+            .map(|i| {
+                let p = Rc::clone(&p);
+                glommio::spawn_local(async move {
+                    let out = p.append(plain(1, i, 50), 0).unwrap();
+                    p.wait_durable(out.last_offset).await.unwrap();
+                    assert!(p.high_watermark() > out.last_offset);
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+        assert_eq!(p.high_watermark(), 200);
+        assert!(
+            syncs.get() <= 10,
+            "{} fdatasyncs for 200 batches",
+            syncs.get()
+        );
         p.close().await.unwrap();
     });
 }
@@ -443,12 +621,17 @@ fn relaxed_flush_policies() {
     for policy in [FlushPolicy::IntervalMs(20), FlushPolicy::Never] {
         run(move || async move {
             let dir = test_dir();
-            let config = LogConfig { flush_policy: policy, ..small_config() };
+            let config = LogConfig {
+                flush_policy: policy,
+                ..small_config()
+            };
             let (model, p) = fill(dir.path(), config.clone(), 30).await;
             assert_eq!(p.high_watermark(), 60);
             check_all(&p, &model).await;
             p.close().await.unwrap();
-            let p = Partition::open(dir.path().to_path_buf(), config).await.unwrap();
+            let p = Partition::open(dir.path().to_path_buf(), config)
+                .await
+                .unwrap();
             assert_eq!(p.log_end_offset(), 60);
             check_all(&p, &model).await;
             p.close().await.unwrap();

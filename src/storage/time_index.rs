@@ -34,11 +34,15 @@ impl TimeIndex {
     /// offset is too old, so a search for `timestamp` may start at that offset.
     pub(crate) fn floor_below(&self, timestamp: i64) -> Option<u32> {
         let n = self.entries.partition_point(|&(t, _)| t < timestamp);
-        n.checked_sub(1).and_then(|i| self.entries.get(i)).map(|&(_, r)| r)
+        n.checked_sub(1)
+            .and_then(|i| self.entries.get(i))
+            .map(|&(_, r)| r)
     }
 
     pub(crate) fn truncate_to_relative(&mut self, relative_offset_exclusive: u32) {
-        let n = self.entries.partition_point(|&(_, r)| r < relative_offset_exclusive);
+        let n = self
+            .entries
+            .partition_point(|&(_, r)| r < relative_offset_exclusive);
         self.entries.truncate(n);
     }
 
@@ -52,8 +56,11 @@ impl TimeIndex {
     }
 
     pub(crate) fn decode(bytes: &[u8], max_relative_offset: u64) -> Result<Self, String> {
-        if bytes.len() % ENTRY_LEN != 0 {
-            return Err(format!("length {} is not a multiple of {ENTRY_LEN}", bytes.len()));
+        if !bytes.len().is_multiple_of(ENTRY_LEN) {
+            return Err(format!(
+                "length {} is not a multiple of {ENTRY_LEN}",
+                bytes.len()
+            ));
         }
         let mut out = Self::default();
         for chunk in bytes.chunks_exact(ENTRY_LEN) {
