@@ -692,7 +692,21 @@ impl Partition {
 
     pub fn try_set_config(&self, config: LogConfig) -> Result<(), Error> {
         config.validate()?;
-        self.inner.borrow_mut().config = config;
+        let hw_moved = {
+            let mut inner = self.inner.borrow_mut();
+            // Leaving Sync: the high watermark becomes the log end at once (it never moves
+            // back, so entering Sync keeps it where it is until durability catches up).
+            let moved = config.flush_policy != FlushPolicy::Sync
+                && inner.high_watermark < inner.next_offset;
+            if moved {
+                inner.high_watermark = inner.next_offset;
+            }
+            inner.config = config;
+            moved
+        };
+        if hw_moved {
+            self.progress.notify_all();
+        }
         self.flush_wakeup.notify_all();
         Ok(())
     }
@@ -727,6 +741,12 @@ impl Partition {
     }
 
     async fn write_close_state(&self) -> Result<(), Error> {
+        // Serialise with DeleteRecords/retention, which write the same log start file.
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
         let (base, index, time_index, snapshot, log_start) = {
             let mut inner = self.inner.borrow_mut();
             if let Some(e) = &inner.failed {

@@ -146,6 +146,18 @@ fn append_read_roundtrip() {
         let leo = p.log_end_offset();
         p.wait_durable(leo - 1).await.unwrap();
         assert_eq!(p.high_watermark(), leo);
+        // Timestamps are 1000 + i for batch i: lookups from the tail cache and the disk.
+        let base_of = |i: usize| model[i].0;
+        assert_eq!(
+            p.offset_for_timestamp(1010).await.unwrap(),
+            Some((base_of(10), 1010))
+        );
+        assert_eq!(
+            p.offset_for_timestamp(1049).await.unwrap(),
+            Some((base_of(49), 1049))
+        );
+        assert_eq!(p.offset_for_timestamp(1050).await.unwrap(), None);
+        assert_eq!(p.max_timestamp(), Some((1049, leo - 1)));
         check_all(&p, &model).await;
         // A big read returns whole batches in order, within max_bytes.
         let r = p.read(0, 1500).await.unwrap();
@@ -178,6 +190,15 @@ fn append_read_roundtrip() {
             .unwrap();
         assert_eq!(p.log_end_offset(), leo);
         check_all(&p, &model).await;
+        assert_eq!(
+            p.offset_for_timestamp(1010).await.unwrap(),
+            Some((base_of(10), 1010))
+        );
+        assert_eq!(
+            p.offset_for_timestamp(1049).await.unwrap(),
+            Some((base_of(49), 1049))
+        );
+        assert_eq!(p.max_timestamp(), Some((1049, leo - 1)));
         p.close().await.unwrap();
     });
 }
