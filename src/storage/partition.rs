@@ -874,6 +874,22 @@ impl Partition {
         self.progress.notify_all();
     }
 
+    /// Test hook simulating `kill -9`: stops all I/O where it stands (an in-flight write or
+    /// fsync completes, nothing after it starts) without flushing or writing any state.
+    #[cfg(test)]
+    pub(crate) async fn crash(&self) {
+        self.inner.borrow_mut().failed = Some(Error::Closed);
+        self.flush_wakeup.notify_all();
+        self.progress.notify_all();
+        while self.flusher_running.get() {
+            let listener = self.flusher_done.listen();
+            if !self.flusher_running.get() {
+                break;
+            }
+            listener.await;
+        }
+    }
+
     fn fail(&self, e: Error) {
         tracing::error!(error = %e, dir = %self.dir.display(), "flush failed; partition is poisoned");
         self.inner.borrow_mut().failed = Some(e);
@@ -886,6 +902,10 @@ impl Partition {
         loop {
             let (base, file, path, data, start, end_offset, size, sealed, prealloc) = {
                 let inner = self.inner.borrow();
+                if inner.failed.is_some() {
+                    // Poisoned (or a simulated crash): touch the files no more.
+                    return Ok(());
+                }
                 let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
                     return Ok(());
                 };

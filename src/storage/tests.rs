@@ -374,9 +374,11 @@ fn idempotent_duplicates_survive_restart() {
             p.wait_durable(p.log_end_offset() - 1).await.unwrap();
             if clean {
                 p.close().await.unwrap();
+            } else {
+                p.crash().await;
             }
-            // Without close, the old instance is simply abandoned (its files as after kill -9
-            // once every batch was durable).
+            // Without close: a simulated kill -9 once every batch was durable; the snapshot
+            // from the last roll plus replay of the active segment must rebuild the state.
             let p2 = Partition::open(dir.path().to_path_buf(), config)
                 .await
                 .unwrap();
@@ -666,10 +668,21 @@ mod model {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Append { records: i32, payload: usize },
-        DeleteRecords { fraction: u8 },
-        Retention { bytes: i64 },
-        Reopen { crash: bool },
+        Append {
+            records: i32,
+            payload: usize,
+        },
+        DeleteRecords {
+            fraction: u8,
+        },
+        Retention {
+            bytes: i64,
+        },
+        Reopen {
+            crash: bool,
+        },
+        /// Crash with batches maybe not yet durable.
+        CrashNow,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -678,11 +691,12 @@ mod model {
             1 => any::<u8>().prop_map(|fraction| Op::DeleteRecords { fraction }),
             1 => (1000i64..6000).prop_map(|bytes| Op::Retention { bytes }),
             1 => any::<bool>().prop_map(|crash| Op::Reopen { crash }),
+            1 => Just(Op::CrashNow),
         ]
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
         /// Random appends, rolls (small segments), DeleteRecords, retention and restarts
         /// (clean or abandoned after durability) against an in-memory model: every offset
         /// reads back the exact batch, and log start / log end match the model.
@@ -697,6 +711,7 @@ mod model {
                 let mut start = 0i64;
                 for (i, op) in ops.into_iter().enumerate() {
                     match op {
+                        Op::CrashNow => {} // handled below, once the op is matched
                         Op::Append { records, payload } => {
                             let b = plain(records, i as i64, payload);
                             let out = p.append(b.clone(), 0).unwrap();
@@ -722,11 +737,26 @@ mod model {
                         }
                         Op::Reopen { crash } => {
                             p.wait_durable(next - 1).await.unwrap();
-                            if !crash {
+                            if crash {
+                                p.crash().await;
+                            } else {
                                 p.close().await.unwrap();
                             }
                             p = Partition::open(dir.path().to_path_buf(), config.clone()).await.unwrap();
                         }
+                    }
+                    if let Op::CrashNow = op {
+                        let durable = p.durable_offset();
+                        p.crash().await;
+                        p = Partition::open(dir.path().to_path_buf(), config.clone())
+                            .await
+                            .unwrap();
+                        // Everything durable survives; the rest may be lost, whole batches only.
+                        let leo = p.log_end_offset();
+                        assert!(durable <= leo && leo <= next, "{durable} <= {leo} <= {next}");
+                        assert!(leo == next || model.iter().any(|(b, _)| *b == leo));
+                        model.retain(|(b, _)| *b < leo);
+                        next = leo;
                     }
                     assert_eq!(p.log_end_offset(), next);
                     assert_eq!(p.log_start_offset(), start);
