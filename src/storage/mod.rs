@@ -136,3 +136,32 @@ pub enum AppendError {
     #[error(transparent)]
     Storage(#[from] Error),
 }
+
+impl Error {
+    /// The Kafka error code a response should carry for this failure.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            Error::OffsetOutOfRange { .. } => 1, // OFFSET_OUT_OF_RANGE
+            Error::Closed => 6,                  // NOT_LEADER_OR_FOLLOWER: client refreshes
+            Error::InvalidConfig(_) => 40,       // INVALID_CONFIG
+            Error::Io { .. } | Error::Corruption { .. } => 56, // KAFKA_STORAGE_ERROR
+        }
+    }
+}
+
+impl AppendError {
+    /// The Kafka error code a Produce response should carry for this rejection.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            AppendError::CorruptMessage(_) => 2,          // CORRUPT_MESSAGE
+            AppendError::MessageTooLarge { .. } => 10,    // MESSAGE_TOO_LARGE
+            AppendError::OutOfOrderSequence { .. } => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
+            AppendError::InvalidProducerEpoch { .. } => 47, // INVALID_PRODUCER_EPOCH
+            AppendError::UnknownProducerId { .. } => 59,  // UNKNOWN_PRODUCER_ID
+            // Nothing was appended; a retriable code lets the producer resend the same
+            // sequence once the disk catches up.
+            AppendError::Backpressure { .. } => 7, // REQUEST_TIMED_OUT
+            AppendError::Storage(e) => e.kafka_error_code(),
+        }
+    }
+}

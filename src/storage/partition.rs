@@ -679,7 +679,7 @@ impl Partition {
     async fn persist_and_remove(&self, log_start: i64, doomed: Vec<i64>) -> Result<(), Error> {
         state_file::write_log_start(&self.dir, log_start).await?;
         for base in doomed {
-            remove_segment_files(&self.dir, base)?;
+            remove_segment_files(&self.dir, base).await?;
         }
         Ok(())
     }

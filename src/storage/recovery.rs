@@ -20,7 +20,7 @@ use super::file_io::{FileSystem, SegmentFile};
 use super::index::OffsetIndex;
 use super::producer_state::{BatchIdentity, ProducerSnapshot, ProducerStateTable};
 use super::segment::{parse_segment_name, segment_path, Segment, BATCH_READ_BYTES_MAX};
-use super::state_file::{self, decode, read_raw, unframe};
+use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
 use super::{Error, LogConfig, READ_CHUNK_BYTES_MAX};
 use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
@@ -34,9 +34,9 @@ pub(crate) struct Recovered {
     pub producers: ProducerStateTable,
 }
 
-pub(crate) fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
+pub(crate) async fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
     let path = dir.join(PRODUCER_SNAPSHOT_FILE);
-    let Some(bytes) = read_raw(&path)? else {
+    let Some(bytes) = read_raw(&path).await? else {
         return Ok(None);
     };
     let payload = unframe(&path, &bytes)?;
@@ -66,16 +66,9 @@ pub(crate) async fn write_indexes(
     .await
 }
 
-fn remove_if_exists(path: &Path) -> Result<(), Error> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, "remove", e)),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
+pub(crate) async fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
     for ext in ["log", "index", "timeindex"] {
-        remove_if_exists(&segment_path(dir, base_offset, ext))?;
+        remove_if_exists(&segment_path(dir, base_offset, ext)).await?;
     }
     Ok(())
 }
@@ -145,7 +138,7 @@ pub(crate) async fn scan_valid(
     Ok(pos)
 }
 
-fn load_index(
+async fn load_index(
     dir: &Path,
     base: i64,
     file_len: u64,
@@ -153,8 +146,8 @@ fn load_index(
 ) -> Option<(OffsetIndex, TimeIndex)> {
     let idx_path = segment_path(dir, base, "index");
     let tidx_path = segment_path(dir, base, "timeindex");
-    let index_bytes = read_raw(&idx_path).ok()??;
-    let time_bytes = read_raw(&tidx_path).ok()??;
+    let index_bytes = read_raw(&idx_path).await.ok()??;
+    let time_bytes = read_raw(&tidx_path).await.ok()??;
     let index = match OffsetIndex::decode(&index_bytes, file_len, max_rel) {
         Ok(i) => i,
         Err(why) => {
@@ -186,21 +179,21 @@ pub(crate) async fn recover(
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(".tmp") {
             // An atomic write that never got renamed: the old file (if any) is the truth.
-            remove_if_exists(&entry.path())?;
+            remove_if_exists(&entry.path()).await?;
         } else if let Some(base) = parse_segment_name(name) {
             bases.push(base);
         }
     }
     bases.sort_unstable();
 
-    let persisted_start = match state_file::read_log_start(dir) {
+    let persisted_start = match state_file::read_log_start(dir).await {
         Ok(v) => v,
         Err(e) => {
             tracing::warn!(error = %e, "log start state unreadable; using the first segment");
             None
         }
     };
-    let snapshot = match read_producer_snapshot(dir) {
+    let snapshot = match read_producer_snapshot(dir).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "producer snapshot unreadable; rebuilding from the active segment");
@@ -212,7 +205,7 @@ pub(crate) async fn recover(
     // Segments wholly below the log start were being deleted when we stopped.
     while bases.len() > 1 && bases.get(1).is_some_and(|&next| next <= log_start) {
         let base = bases.remove(0);
-        remove_segment_files(dir, base)?;
+        remove_segment_files(dir, base).await?;
     }
 
     let mut segments = BTreeMap::new();
@@ -229,7 +222,7 @@ pub(crate) async fn recover(
         let mut seg = Segment::new(dir, base);
         if let Some(next_base) = next_base {
             let max_rel = (next_base - base - 1).max(0) as u64;
-            if let Some((index, time_index)) = load_index(dir, base, file_len, max_rel) {
+            if let Some((index, time_index)) = load_index(dir, base, file_len, max_rel).await {
                 seg.index = index;
                 seg.time_index = time_index;
                 seg.next_offset = next_base;
@@ -243,7 +236,7 @@ pub(crate) async fn recover(
                 if seg.next_offset != next_base {
                     tracing::error!(path = %path.display(), valid_end, "closed segment invalid; truncating the log here");
                     for &later in bases.get(i + 1..).unwrap_or_default() {
-                        remove_segment_files(dir, later)?;
+                        remove_segment_files(dir, later).await?;
                     }
                     bases.truncate(i + 1);
                     continue; // Recover this segment again, now as the active one.
@@ -271,7 +264,7 @@ pub(crate) async fn recover(
         }
 
         // The active segment.
-        let loaded = load_index(dir, base, file_len, u32::MAX as u64);
+        let loaded = load_index(dir, base, file_len, u32::MAX as u64).await;
         let mut index_trusted = loaded.is_some();
         let snapshot_usable = snapshot.as_ref().filter(|s| s.next_offset >= base);
         let mut attempt = 0;
@@ -334,8 +327,8 @@ pub(crate) async fn recover(
         };
         if !index_trusted || valid_end < file_len {
             // The index files may describe bytes we are about to cut; never trust them again.
-            remove_if_exists(&segment_path(dir, base, "index"))?;
-            remove_if_exists(&segment_path(dir, base, "timeindex"))?;
+            remove_if_exists(&segment_path(dir, base, "index")).await?;
+            remove_if_exists(&segment_path(dir, base, "timeindex")).await?;
         }
         if valid_end < file_len {
             tracing::warn!(path = %path.display(), valid_end, file_len, "truncating torn or invalid tail");
