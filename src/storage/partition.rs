@@ -256,7 +256,12 @@ impl Partition {
             });
         }
         let id = BatchIdentity {
-            producer_id: header.producer_id,
+            // Control batches (transaction markers) carry no sequence: never checked.
+            producer_id: if header.is_control() {
+                -1
+            } else {
+                header.producer_id
+            },
             epoch: header.producer_epoch,
             first_seq: header.base_sequence,
             last_seq: header.last_sequence(),

@@ -308,7 +308,7 @@ pub(crate) async fn recover(
             seg.size = start.0;
             let valid_end = scan_valid(&*file, &path, start.0, file_len, start.1, |h, pos| {
                 seg.index_batch(h, pos, config.index_interval_bytes);
-                if h.base_offset >= replay_from {
+                if h.base_offset >= replay_from && !h.is_control() {
                     let id = BatchIdentity {
                         producer_id: h.producer_id,
                         epoch: h.producer_epoch,

@@ -469,7 +469,9 @@ fn delete_records_and_retention() {
         assert_eq!(count(), 1);
         check_all(&p, &model).await;
         assert!(p.log_start_offset() < 120);
-        p.close().await.unwrap();
+        // DeleteTopics: the directory goes away.
+        p.delete().await.unwrap();
+        assert!(!dir.path().exists());
     });
 }
 
