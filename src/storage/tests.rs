@@ -770,3 +770,55 @@ mod model {
         }
     }
 }
+
+/// Rolling by segment.index.bytes (index full) and by a batch bigger than segment.bytes
+/// (it gets a segment of its own); every offset still reads back after a restart.
+#[test]
+fn roll_by_index_full_and_oversized_batch() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            index_interval_bytes: 1,
+            segment_index_bytes: 24, // 3 offset entries, 2 time entries
+            ..small_config()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        let mut model = Vec::new();
+        for i in 0..10 {
+            let b = plain(1, i, 2000 + i as usize * 100);
+            let out = p.append(b.clone(), 0).unwrap();
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+        }
+        p.set_config(LogConfig {
+            segment_bytes: 1000,
+            ..config.clone()
+        });
+        let b = plain(1, 99, 5000);
+        let out = p.append(b.clone(), 0).unwrap();
+        model.push((out.base_offset, stored(&b, out.base_offset)));
+        p.wait_durable(out.last_offset).await.unwrap();
+        let logs = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "log")
+                })
+                .count()
+        };
+        assert!(logs() >= 5, "index-full rolls, got {}", logs());
+        check_all(&p, &model).await;
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        check_all(&p, &model).await;
+        p.close().await.unwrap();
+    });
+}
