@@ -54,6 +54,9 @@ pub const READ_CHUNK_BYTES_MAX: usize = 8 << 20;
 pub const PRODUCERS_MAX: usize = 16_384;
 /// Kafka keeps the metadata of the last five batches per producer for duplicate detection.
 pub const PRODUCER_BATCHES_RETAINED: usize = 5;
+/// After this many new bytes in the active segment (and an fsync), its indexes and a
+/// producer snapshot are persisted, so crash recovery scans at most about this much.
+pub const ACTIVE_CHECKPOINT_BYTES: u64 = 16 << 20;
 /// A small state file larger than this is treated as corrupt rather than read into memory.
 pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
 

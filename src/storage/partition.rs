@@ -38,8 +38,9 @@ use super::segment::{read_batches, Segment};
 use super::state_file;
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
-    AppendError, Error, FlushPolicy, LogConfig, TimestampType, NEVER_POLICY_WRITE_INTERVAL_MS,
-    READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
+    AppendError, Error, FlushPolicy, LogConfig, TimestampType, ACTIVE_CHECKPOINT_BYTES,
+    NEVER_POLICY_WRITE_INTERVAL_MS, READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX,
+    STAGING_WRITE_THRESHOLD_BYTES,
 };
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, patch_log_append_time, BatchError, BatchHeader,
@@ -905,7 +906,7 @@ impl Partition {
     /// in offset order, finishing sealed ones.
     async fn flush_pass(&self, sync: bool) -> Result<(), Error> {
         loop {
-            let (base, file, path, data, start, end_offset, size, sealed, prealloc) = {
+            let (base, file, path, data, start, end_offset, size, sealed, prealloc, checkpoint) = {
                 let inner = self.inner.borrow();
                 if inner.failed.is_some() {
                     // Poisoned (or a simulated crash): touch the files no more.
@@ -923,6 +924,18 @@ impl Partition {
                     .config
                     .preallocate_bytes
                     .min(inner.config.segment_bytes);
+                // Copied in the same borrow as `next_offset`, so the indexes and the producer
+                // snapshot describe exactly the bytes this pass makes durable.
+                let checkpoint = (sync
+                    && !seg.sealed
+                    && seg.size - seg.checkpointed_size >= ACTIVE_CHECKPOINT_BYTES)
+                    .then(|| {
+                        (
+                            seg.index.clone(),
+                            seg.time_index.clone(),
+                            inner.producers.snapshot(seg.next_offset),
+                        )
+                    });
                 (
                     seg.base_offset,
                     seg.file.clone(),
@@ -933,6 +946,7 @@ impl Partition {
                     seg.size,
                     seg.sealed,
                     prealloc,
+                    checkpoint,
                 )
             };
             if !sealed && data.is_empty() && !sync {
@@ -982,6 +996,15 @@ impl Partition {
                 self.progress.notify_all();
             }
             if !sealed {
+                if let Some((index, time_index, snapshot)) = checkpoint {
+                    // Bounds crash recovery of a large active segment: it resumes from here
+                    // instead of scanning the whole segment.
+                    write_indexes(&self.dir, base, &index, &time_index).await?;
+                    write_producer_snapshot(&self.dir, &snapshot).await?;
+                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                        seg.checkpointed_size = size;
+                    }
+                }
                 return Ok(());
             }
             // Finish the sealed segment: cut the preallocated tail, then (data durable first)

@@ -325,8 +325,15 @@ pub(crate) async fn recover(
             }
             break valid_end;
         };
-        if !index_trusted || valid_end < file_len {
-            // The index files may describe bytes we are about to cut; never trust them again.
+        let describes_cut_bytes = loaded.as_ref().is_some_and(|(index, time_index)| {
+            index.last().is_some_and(|(_, pos)| pos as u64 >= valid_end)
+                || time_index
+                    .last()
+                    .is_some_and(|(_, rel)| base + rel as i64 >= seg.next_offset)
+        });
+        if !index_trusted || describes_cut_bytes {
+            // The index files describe bytes we are about to cut (or were wrong): never
+            // trust them again. Otherwise they stay, and a later crash resumes from them.
             remove_if_exists(&segment_path(dir, base, "index")).await?;
             remove_if_exists(&segment_path(dir, base, "timeindex")).await?;
         }

@@ -58,6 +58,8 @@ pub(crate) struct Segment {
     pub sealed: bool,
     /// Sealed, durable, truncated to size, index files written: safe to delete or trust.
     pub complete: bool,
+    /// `size` when the active segment's indexes and a producer snapshot were last persisted.
+    pub checkpointed_size: u64,
     /// Wall time of the first append, for segment.ms.
     pub first_append_ms: Option<i64>,
     /// Producer state as of `next_offset`, written by the flusher once this segment is durable.
@@ -82,6 +84,7 @@ impl Segment {
             staging_start: 0,
             sealed: false,
             complete: false,
+            checkpointed_size: 0,
             first_append_ms: None,
             snapshot_at_seal: None,
         }
