@@ -32,7 +32,10 @@ use bytes::{Bytes, BytesMut};
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
 use super::producer_state::{BatchIdentity, ProducerStateTable, SequenceError, Verdict};
-use super::recovery::{recover, remove_segment_files, write_indexes, write_producer_snapshot};
+use super::recovery::{
+    load_index, rebuild_closed_indexes, recover, remove_segment_files, write_indexes,
+    write_producer_snapshot,
+};
 use super::retention::{segments_to_delete, SegmentSummary};
 use super::segment::{read_batches, Segment};
 use super::state_file;
@@ -392,7 +395,11 @@ impl Partition {
     /// Whole batches from the one containing `offset`, below the high watermark, up to
     /// `max_bytes` but at least one (KIP-74). Slices of the tail cache or of read buffers.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, Error> {
-        let (file, path, mut pos, end, hw, log_start, interval) = {
+        let mut load = None;
+        let (file, path, mut pos, end, hw, log_start, interval) = loop {
+            if let Some(base) = load.take() {
+                self.ensure_segment_ready(base).await?;
+            }
             let inner = self.inner.borrow();
             if inner.closed {
                 return Err(Error::Closed);
@@ -428,15 +435,14 @@ impl Partition {
                     log_end: inner.next_offset,
                 });
             };
-            let Some(file) = seg.file.clone() else {
-                return Err(Error::corruption(
-                    &seg.path,
-                    0,
-                    "segment below the tail cache has no file",
-                ));
+            let (Some(file), true) = (seg.file.clone(), seg.index_loaded) else {
+                // A closed segment not used since startup: open it and load its index, then
+                // look again (retention may have run meanwhile).
+                load = Some(seg.base_offset);
+                continue;
             };
             let pos = seg.index.lookup(seg.relative(offset)) as u64;
-            (
+            break (
                 file,
                 seg.path.clone(),
                 pos,
@@ -444,7 +450,7 @@ impl Partition {
                 hw,
                 log_start,
                 inner.config.index_interval_bytes,
-            )
+            );
         };
         let mut chunks = Vec::new();
         let mut total = 0usize;
@@ -513,7 +519,11 @@ impl Partition {
     /// timestamp is >= `ts`: `(offset, that timestamp)`; the offset is the batch's base
     /// offset, raised to the log start if the batch straddles it.
     pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, Error> {
-        let (file, path, mut pos, end, from_offset, hw, log_start) = {
+        let mut load = None;
+        let (file, path, mut pos, end, from_offset, hw, log_start) = loop {
+            if let Some(base) = load.take() {
+                self.ensure_segment_ready(base).await?;
+            }
             let inner = self.inner.borrow();
             if inner.closed {
                 return Err(Error::Closed);
@@ -524,6 +534,10 @@ impl Partition {
             }) else {
                 return Ok(None);
             };
+            if !seg.index_loaded || seg.file.is_none() {
+                load = Some(seg.base_offset);
+                continue;
+            }
             let from = seg
                 .time_index
                 .floor_below(ts)
@@ -548,7 +562,7 @@ impl Partition {
                 ));
             };
             let pos = seg.index.lookup(seg.relative(from)) as u64;
-            (
+            break (
                 file,
                 seg.path.clone(),
                 pos,
@@ -556,7 +570,7 @@ impl Partition {
                 from,
                 hw,
                 log_start,
-            )
+            );
         };
         while pos < end {
             let (batches, next) =
@@ -584,6 +598,75 @@ impl Partition {
             .cache
             .find_timestamp(from_offset, ts, hw)
             .map(|(o, t)| (o.max(log_start), t)))
+    }
+
+    /// Opens a closed segment's file and loads (or, if insane, rebuilds) its indexes on first
+    /// use. Two concurrent callers may both load; the results are identical, last one wins.
+    async fn ensure_segment_ready(&self, base: i64) -> Result<(), Error> {
+        let Some((need_file, need_index, path, size, next_offset)) =
+            self.inner.borrow().segments.get(&base).map(|s| {
+                (
+                    s.file.is_none(),
+                    !s.index_loaded,
+                    s.path.clone(),
+                    s.size,
+                    s.next_offset,
+                )
+            })
+        else {
+            return Ok(());
+        };
+        if need_file {
+            let file = self
+                .fs
+                .open_segment(&path, false)
+                .await
+                .map_err(|e| Error::io(&path, "open", e))?;
+            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                seg.file.get_or_insert(file);
+            }
+        }
+        if !need_index {
+            return Ok(());
+        }
+        let max_rel = (next_offset - base - 1).max(0) as u64;
+        let (index, time_index) = match load_index(&self.dir, base, size, max_rel).await {
+            Some(loaded) => loaded,
+            None => {
+                let file = self
+                    .inner
+                    .borrow()
+                    .segments
+                    .get(&base)
+                    .and_then(|s| s.file.clone());
+                let Some(file) = file else { return Ok(()) };
+                let config = self.config();
+                let rebuilt = rebuild_closed_indexes(
+                    &self.dir,
+                    &*file,
+                    &path,
+                    base,
+                    size,
+                    next_offset,
+                    &config,
+                )
+                .await?;
+                let Some(seg) = rebuilt else {
+                    return Err(Error::corruption(
+                        &path,
+                        0,
+                        "closed segment does not hold valid batches up to the next segment",
+                    ));
+                };
+                (seg.index, seg.time_index)
+            }
+        };
+        if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+            seg.index = index;
+            seg.time_index = time_index;
+            seg.index_loaded = true;
+        }
+        Ok(())
     }
 
     /// Max timestamp in the log and its offset (ListOffsets MAX_TIMESTAMP).

@@ -138,7 +138,63 @@ pub(crate) async fn scan_valid(
     Ok(pos)
 }
 
-async fn load_index(
+/// Cheap startup check of a closed segment's index files: both present with whole entries,
+/// and the time index's last entry sane. `Some(last time index entry)` if usable.
+async fn closed_index_summary(dir: &Path, base: i64, max_rel: u64) -> Option<Option<(i64, u32)>> {
+    use super::{index, time_index};
+    let index_len = std::fs::metadata(segment_path(dir, base, "index"))
+        .ok()?
+        .len();
+    let tidx_path = segment_path(dir, base, "timeindex");
+    let tidx_len = std::fs::metadata(&tidx_path).ok()?.len();
+    if index_len % index::ENTRY_LEN as u64 != 0 || tidx_len % time_index::ENTRY_LEN as u64 != 0 {
+        return None;
+    }
+    if tidx_len == 0 {
+        return Some(None);
+    }
+    let file = glommio::io::BufferedFile::open(&tidx_path).await.ok()?;
+    let last = file
+        .read_at(
+            tidx_len - time_index::ENTRY_LEN as u64,
+            time_index::ENTRY_LEN,
+        )
+        .await
+        .ok()?;
+    let _ = file.close().await;
+    let decoded = TimeIndex::decode(&last, max_rel).ok()?;
+    Some(decoded.last())
+}
+
+/// Rebuilds a closed segment's indexes by scanning it, and persists them. `None` if the
+/// segment does not hold valid batches all the way to `next_base`.
+pub(crate) async fn rebuild_closed_indexes(
+    dir: &Path,
+    file: &dyn SegmentFile,
+    path: &Path,
+    base: i64,
+    file_len: u64,
+    next_base: i64,
+    config: &LogConfig,
+) -> Result<Option<Segment>, Error> {
+    let mut seg = Segment::new(dir, base);
+    let valid_end = scan_valid(file, path, 0, file_len, base, |h, pos| {
+        seg.index_batch(h, pos, config.index_interval_bytes)
+    })
+    .await?;
+    if seg.next_offset != next_base {
+        return Ok(None);
+    }
+    seg.size = valid_end;
+    if seg.offset_of_max_timestamp >= base {
+        let rel = seg.relative(seg.offset_of_max_timestamp);
+        seg.time_index.maybe_push(seg.max_timestamp, rel);
+    }
+    write_indexes(dir, base, &seg.index, &seg.time_index).await?;
+    Ok(Some(seg))
+}
+
+pub(crate) async fn load_index(
     dir: &Path,
     base: i64,
     file_len: u64,
@@ -214,54 +270,55 @@ pub(crate) async fn recover(
     while let Some(&base) = bases.get(i) {
         let next_base = bases.get(i + 1).copied();
         let path = segment_path(dir, base, "log");
+        let mut seg = Segment::new(dir, base);
+        if let Some(next_base) = next_base {
+            let max_rel = (next_base - base - 1).max(0) as u64;
+            let file_len = std::fs::metadata(&path)
+                .map_err(|e| Error::io(&path, "stat", e))?
+                .len();
+            // Closed segments are not opened and their offset index is not read here (both
+            // happen on first use), so startup does not grow with the amount of data; only
+            // the time index's last entry (the segment's largest timestamp) is read now.
+            if let Some(last) = closed_index_summary(dir, base, max_rel).await {
+                seg.index_loaded = false;
+                seg.next_offset = next_base;
+                seg.size = file_len;
+                if let Some((ts, rel)) = last {
+                    seg.max_timestamp = ts;
+                    seg.offset_of_max_timestamp = base + rel as i64;
+                }
+            } else {
+                let file = fs
+                    .open_segment(&path, false)
+                    .await
+                    .map_err(|e| Error::io(&path, "open", e))?;
+                match rebuild_closed_indexes(dir, &*file, &path, base, file_len, next_base, config)
+                    .await?
+                {
+                    Some(rebuilt) => seg = rebuilt,
+                    None => {
+                        tracing::error!(path = %path.display(), "closed segment invalid; truncating the log here");
+                        for &later in bases.get(i + 1..).unwrap_or_default() {
+                            remove_segment_files(dir, later).await?;
+                        }
+                        bases.truncate(i + 1);
+                        continue; // Recover this segment again, now as the active one.
+                    }
+                }
+                seg.file = Some(file);
+            }
+            seg.written = seg.size;
+            seg.sealed = true;
+            seg.complete = true;
+            segments.insert(base, seg);
+            i += 1;
+            continue;
+        }
         let file = fs
             .open_segment(&path, false)
             .await
             .map_err(|e| Error::io(&path, "open", e))?;
         let file_len = file.size().await.map_err(|e| Error::io(&path, "stat", e))?;
-        let mut seg = Segment::new(dir, base);
-        if let Some(next_base) = next_base {
-            let max_rel = (next_base - base - 1).max(0) as u64;
-            if let Some((index, time_index)) = load_index(dir, base, file_len, max_rel).await {
-                seg.index = index;
-                seg.time_index = time_index;
-                seg.next_offset = next_base;
-                seg.size = file_len;
-            } else {
-                let valid_end = scan_valid(&*file, &path, 0, file_len, base, |h, pos| {
-                    seg.index_batch(h, pos, config.index_interval_bytes)
-                })
-                .await?;
-                seg.size = valid_end;
-                if seg.next_offset != next_base {
-                    tracing::error!(path = %path.display(), valid_end, "closed segment invalid; truncating the log here");
-                    for &later in bases.get(i + 1..).unwrap_or_default() {
-                        remove_segment_files(dir, later).await?;
-                    }
-                    bases.truncate(i + 1);
-                    continue; // Recover this segment again, now as the active one.
-                }
-                let mut sealed_indexes = (seg.index.clone(), seg.time_index.clone());
-                if seg.offset_of_max_timestamp >= base {
-                    sealed_indexes
-                        .1
-                        .maybe_push(seg.max_timestamp, seg.relative(seg.offset_of_max_timestamp));
-                }
-                seg.time_index = sealed_indexes.1.clone();
-                write_indexes(dir, base, &sealed_indexes.0, &sealed_indexes.1).await?;
-            }
-            if let Some((ts, rel)) = seg.time_index.last() {
-                seg.max_timestamp = ts;
-                seg.offset_of_max_timestamp = base + rel as i64;
-            }
-            seg.written = seg.size;
-            seg.sealed = true;
-            seg.complete = true;
-            seg.file = Some(file);
-            segments.insert(base, seg);
-            i += 1;
-            continue;
-        }
 
         // The active segment.
         let loaded = load_index(dir, base, file_len, u32::MAX as u64).await;

@@ -47,6 +47,8 @@ pub(crate) struct Segment {
     /// Opened lazily by the flusher (creation is async; append is not).
     pub file: Option<Rc<dyn SegmentFile>>,
     pub path: PathBuf,
+    /// False for closed segments found at startup until first use (lazy load).
+    pub index_loaded: bool,
     pub index: OffsetIndex,
     pub time_index: TimeIndex,
     pub bytes_since_index: u64,
@@ -75,6 +77,7 @@ impl Segment {
             written: 0,
             file: None,
             path: segment_path(dir, base_offset, "log"),
+            index_loaded: true,
             index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
             bytes_since_index: 0,
