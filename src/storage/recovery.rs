@@ -81,6 +81,7 @@ pub(crate) async fn scan_valid(
     path: &Path,
     mut pos: u64,
     file_len: u64,
+    segment_base: i64,
     mut expected_base: i64,
     mut on_batch: impl FnMut(&BatchHeader, u64),
 ) -> Result<u64, Error> {
@@ -98,7 +99,13 @@ pub(crate) async fn scan_valid(
         for item in BatchIter::new(&buf) {
             match item {
                 Ok((at, h)) => {
-                    if h.base_offset != expected_base {
+                    // Beyond what one segment may hold (relative offsets and positions are
+                    // 4 bytes in the index): as invalid as a broken CRC.
+                    let end_pos = pos + (at + h.total_len()) as u64;
+                    if h.base_offset != expected_base
+                        || h.last_offset() - segment_base > i32::MAX as i64
+                        || end_pos > u32::MAX as u64
+                    {
                         invalid = true;
                         break;
                     }
@@ -178,7 +185,7 @@ pub(crate) async fn rebuild_closed_indexes(
     config: &LogConfig,
 ) -> Result<Option<Segment>, Error> {
     let mut seg = Segment::new(dir, base);
-    let valid_end = scan_valid(file, path, 0, file_len, base, |h, pos| {
+    let valid_end = scan_valid(file, path, 0, file_len, base, base, |h, pos| {
         seg.index_batch(h, pos, config.index_interval_bytes)
     })
     .await?;
@@ -363,19 +370,20 @@ pub(crate) async fn recover(
                 }
             }
             seg.size = start.0;
-            let valid_end = scan_valid(&*file, &path, start.0, file_len, start.1, |h, pos| {
-                seg.index_batch(h, pos, config.index_interval_bytes);
-                if h.base_offset >= replay_from && !h.is_control() {
-                    let id = BatchIdentity {
-                        producer_id: h.producer_id,
-                        epoch: h.producer_epoch,
-                        first_seq: h.base_sequence,
-                        last_seq: h.last_sequence(),
-                    };
-                    producers.record(&id, h.base_offset, h.last_offset());
-                }
-            })
-            .await?;
+            let valid_end =
+                scan_valid(&*file, &path, start.0, file_len, base, start.1, |h, pos| {
+                    seg.index_batch(h, pos, config.index_interval_bytes);
+                    if h.base_offset >= replay_from && !h.is_control() {
+                        let id = BatchIdentity {
+                            producer_id: h.producer_id,
+                            epoch: h.producer_epoch,
+                            first_seq: h.base_sequence,
+                            last_seq: h.last_sequence(),
+                        };
+                        producers.record(&id, h.base_offset, h.last_offset());
+                    }
+                })
+                .await?;
             // A snapshot claiming more than the log holds (the tail was cut): replay from 0.
             if replay_from > seg.next_offset && attempt == 1 {
                 continue;
