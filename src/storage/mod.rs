@@ -12,6 +12,16 @@
 //!   it are written (ordering enforced by awaiting, never by submission order);
 //! - a partition whose flush failed is poisoned: it never acknowledges anything again,
 //!   because after a failed `fdatasync` the kernel may have dropped the dirty pages.
+//!
+//! Files: `partition.rs` (public API, append path, flusher, reads, DeleteRecords,
+//! retention), `segment.rs` (one segment + direct-I/O batch reads), `index.rs` /
+//! `time_index.rs` (sparse indexes), `recovery.rs` (open, scan, truncate, rebuild),
+//! `producer_state.rs` (idempotence rules, sans-IO), `retention.rs` (which segments go,
+//! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv), `file_io.rs` (the
+//! fault-injectable direct-I/O trait), `notify.rs` (waiter wake-ups), `config.rs`.
+//!
+//! Not handled yet: transactions (no LSO / aborted-transaction index; control batches are
+//! stored but bypass sequence checks), compaction, leader epochs other than 0.
 
 mod config;
 mod file_io;
