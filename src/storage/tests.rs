@@ -512,6 +512,7 @@ fn wait_for_data_and_log_append_time() {
 struct FaultyFs {
     fail_sync: Rc<Cell<bool>>,
     syncs: Rc<Cell<u32>>,
+    opens: Cell<u32>,
 }
 struct FaultyFile {
     inner: Rc<dyn SegmentFile>,
@@ -526,6 +527,7 @@ impl FileSystem for FaultyFs {
         path: &'a Path,
         create: bool,
     ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+        self.opens.set(self.opens.get() + 1);
         Box::pin(async move {
             let inner = DMA.open_segment(path, create).await?;
             let f: Rc<dyn SegmentFile> = Rc::new(FaultyFile {
@@ -863,6 +865,33 @@ fn active_segment_checkpoint_survives_crash() {
             .append(make_batch(1, 0, 7, 0, n - 1, batch_bytes), 0)
             .unwrap();
         assert!(dup.duplicate && dup.base_offset == n as i64 - 1);
+        p.close().await.unwrap();
+    });
+}
+
+/// Startup is O(active segment): reopening a log of many segments opens only the active
+/// segment's file; a closed one is opened (and its index loaded) on first read.
+#[test]
+fn closed_segments_open_lazily() {
+    run(|| async {
+        let dir = test_dir();
+        let (model, p) = fill(dir.path(), small_config(), 60).await;
+        p.close().await.unwrap();
+        let fs = Rc::new(FaultyFs::default());
+        let p = Partition::open_with(
+            dir.path().to_path_buf(),
+            small_config(),
+            Rc::clone(&fs) as Rc<dyn FileSystem>,
+        )
+        .await
+        .unwrap();
+        assert_eq!(fs.opens.get(), 1);
+        assert_eq!(p.max_timestamp(), Some((5059, 119)));
+        let r = p.read(0, 1).await.unwrap();
+        assert_eq!(r.chunks[0], model[0].1);
+        assert_eq!(fs.opens.get(), 2);
+        p.read(1, 1).await.unwrap();
+        assert_eq!(fs.opens.get(), 2);
         p.close().await.unwrap();
     });
 }
