@@ -42,7 +42,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::{FlushPolicy, LogConfig, TimestampType};
-pub use file_io::{DmaFileSystem, FileSystem, SegmentFile};
+pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
 pub use partition::{AppendOutcome, Partition, ReadOutcome};
 
 use crate::protocol::record_batch::BatchError;
