@@ -66,8 +66,9 @@ impl LogConfig {
     /// a batch; an index smaller than one entry could never be written).
     pub fn validate(&self) -> Result<(), super::Error> {
         let bad = |m: &str| Err(super::Error::InvalidConfig(m.to_string()));
-        if self.segment_bytes < 1024 {
-            return bad("segment.bytes must be at least 1024");
+        // Kafka's minimum; a batch larger than a segment simply gets a segment of its own.
+        if self.segment_bytes < 14 {
+            return bad("segment.bytes must be at least 14");
         }
         if self.segment_bytes > u32::MAX as u64 {
             return bad("segment.bytes must fit the index's 4-byte positions");
@@ -75,8 +76,12 @@ impl LogConfig {
         if self.segment_ms <= 0 {
             return bad("segment.ms must be positive");
         }
-        if self.segment_index_bytes < 12 {
-            return bad("segment.index.bytes must hold at least one entry");
+        // Kafka's minimum; below one entry every segment simply holds one batch.
+        if self.segment_index_bytes < 4 {
+            return bad("segment.index.bytes must be at least 4");
+        }
+        if self.retention_ms < -1 || self.retention_bytes < -1 {
+            return bad("retention.ms and retention.bytes must be >= -1");
         }
         if self.max_message_bytes == 0 {
             return bad("max.message.bytes must be positive");

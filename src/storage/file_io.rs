@@ -43,6 +43,31 @@ pub trait FileSystem {
 /// glommio `DmaFile`: O_DIRECT, io_uring.
 pub struct DmaFileSystem;
 
+thread_local! {
+    /// Devices (st_dev) whose io_uring poll support this thread has probed correctly.
+    static PROBED_DEVICES: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// glommio decides once per thread and device whether reads may use the io_uring poll ring,
+/// by probing a read at offset 0 of the first `DmaFile` opened there. If that file is empty
+/// the kernel answers "success" without touching the device, glommio caches "pollable", and
+/// every later read on a device without poll queues fails with EOPNOTSUPP. So before the
+/// first real open on a device we open a one-block file, which makes the probe truthful.
+async fn probe_device_once(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir)?.dev();
+    if PROBED_DEVICES.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = dir.join(format!(".iopoll-probe-{}.tmp", std::process::id()));
+    std::fs::write(&probe, [0u8; 4096])?;
+    let opened = glommio::io::DmaFile::open(&probe).await;
+    let _ = std::fs::remove_file(&probe);
+    opened?.close().await?;
+    PROBED_DEVICES.with(|p| p.borrow_mut().push(dev));
+    Ok(())
+}
+
 impl FileSystem for DmaFileSystem {
     fn open_segment<'a>(
         &'a self,
@@ -50,6 +75,9 @@ impl FileSystem for DmaFileSystem {
         create: bool,
     ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
         Box::pin(async move {
+            if let Some(dir) = path.parent() {
+                probe_device_once(dir).await?;
+            }
             let file = if create {
                 glommio::io::OpenOptions::new()
                     .create(true)

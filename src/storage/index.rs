@@ -72,7 +72,7 @@ impl OffsetIndex {
         segment_len: u64,
         max_relative_offset: u64,
     ) -> Result<Self, String> {
-        if bytes.len() % ENTRY_LEN != 0 {
+        if !bytes.len().is_multiple_of(ENTRY_LEN) {
             return Err(format!(
                 "length {} is not a multiple of {ENTRY_LEN}",
                 bytes.len()

@@ -12,6 +12,16 @@
 //!   it are written (ordering enforced by awaiting, never by submission order);
 //! - a partition whose flush failed is poisoned: it never acknowledges anything again,
 //!   because after a failed `fdatasync` the kernel may have dropped the dirty pages.
+//!
+//! Files: `partition.rs` (public API, append path, flusher, reads, DeleteRecords,
+//! retention), `segment.rs` (one segment + direct-I/O batch reads), `index.rs` /
+//! `time_index.rs` (sparse indexes), `recovery.rs` (open, scan, truncate, rebuild),
+//! `producer_state.rs` (idempotence rules, sans-IO), `retention.rs` (which segments go,
+//! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv), `file_io.rs` (the
+//! fault-injectable direct-I/O trait), `notify.rs` (waiter wake-ups), `config.rs`.
+//!
+//! Not handled yet: transactions (no LSO / aborted-transaction index; control batches are
+//! stored but bypass sequence checks), compaction, leader epochs other than 0.
 
 mod config;
 mod file_io;
@@ -32,7 +42,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::{FlushPolicy, LogConfig, TimestampType};
-pub use file_io::{DmaFileSystem, FileSystem, SegmentFile};
+pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
 pub use partition::{AppendOutcome, Partition, ReadOutcome};
 
 use crate::protocol::record_batch::BatchError;
@@ -54,6 +64,9 @@ pub const READ_CHUNK_BYTES_MAX: usize = 8 << 20;
 pub const PRODUCERS_MAX: usize = 16_384;
 /// Kafka keeps the metadata of the last five batches per producer for duplicate detection.
 pub const PRODUCER_BATCHES_RETAINED: usize = 5;
+/// After this many new bytes in the active segment (and an fsync), its indexes and a
+/// producer snapshot are persisted, so crash recovery scans at most about this much.
+pub const ACTIVE_CHECKPOINT_BYTES: u64 = 16 << 20;
 /// A small state file larger than this is treated as corrupt rather than read into memory.
 pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
 
@@ -135,4 +148,33 @@ pub enum AppendError {
     Backpressure { staged_bytes: usize, max: usize },
     #[error(transparent)]
     Storage(#[from] Error),
+}
+
+impl Error {
+    /// The Kafka error code a response should carry for this failure.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            Error::OffsetOutOfRange { .. } => 1, // OFFSET_OUT_OF_RANGE
+            Error::Closed => 6,                  // NOT_LEADER_OR_FOLLOWER: client refreshes
+            Error::InvalidConfig(_) => 40,       // INVALID_CONFIG
+            Error::Io { .. } | Error::Corruption { .. } => 56, // KAFKA_STORAGE_ERROR
+        }
+    }
+}
+
+impl AppendError {
+    /// The Kafka error code a Produce response should carry for this rejection.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            AppendError::CorruptMessage(_) => 2,          // CORRUPT_MESSAGE
+            AppendError::MessageTooLarge { .. } => 10,    // MESSAGE_TOO_LARGE
+            AppendError::OutOfOrderSequence { .. } => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
+            AppendError::InvalidProducerEpoch { .. } => 47, // INVALID_PRODUCER_EPOCH
+            AppendError::UnknownProducerId { .. } => 59,  // UNKNOWN_PRODUCER_ID
+            // Nothing was appended; a retriable code lets the producer resend the same
+            // sequence once the disk catches up.
+            AppendError::Backpressure { .. } => 7, // REQUEST_TIMED_OUT
+            AppendError::Storage(e) => e.kafka_error_code(),
+        }
+    }
 }

@@ -32,14 +32,18 @@ use bytes::{Bytes, BytesMut};
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
 use super::producer_state::{BatchIdentity, ProducerStateTable, SequenceError, Verdict};
-use super::recovery::{recover, remove_segment_files, write_indexes, write_producer_snapshot};
+use super::recovery::{
+    load_index, rebuild_closed_indexes, recover, remove_segment_files, write_indexes,
+    write_producer_snapshot,
+};
 use super::retention::{segments_to_delete, SegmentSummary};
 use super::segment::{read_batches, Segment};
 use super::state_file;
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
-    AppendError, Error, FlushPolicy, LogConfig, TimestampType, NEVER_POLICY_WRITE_INTERVAL_MS,
-    READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
+    AppendError, Error, FlushPolicy, LogConfig, TimestampType, ACTIVE_CHECKPOINT_BYTES,
+    NEVER_POLICY_WRITE_INTERVAL_MS, READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX,
+    STAGING_WRITE_THRESHOLD_BYTES,
 };
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, patch_log_append_time, BatchError, BatchHeader,
@@ -256,7 +260,12 @@ impl Partition {
             });
         }
         let id = BatchIdentity {
-            producer_id: header.producer_id,
+            // Control batches (transaction markers) carry no sequence: never checked.
+            producer_id: if header.is_control() {
+                -1
+            } else {
+                header.producer_id
+            },
             epoch: header.producer_epoch,
             first_seq: header.base_sequence,
             last_seq: header.last_sequence(),
@@ -386,7 +395,11 @@ impl Partition {
     /// Whole batches from the one containing `offset`, below the high watermark, up to
     /// `max_bytes` but at least one (KIP-74). Slices of the tail cache or of read buffers.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, Error> {
-        let (file, path, mut pos, end, hw, log_start, interval) = {
+        let mut load = None;
+        let (file, path, mut pos, end, hw, log_start, interval) = loop {
+            if let Some(base) = load.take() {
+                self.ensure_segment_ready(base).await?;
+            }
             let inner = self.inner.borrow();
             if inner.closed {
                 return Err(Error::Closed);
@@ -422,15 +435,14 @@ impl Partition {
                     log_end: inner.next_offset,
                 });
             };
-            let Some(file) = seg.file.clone() else {
-                return Err(Error::corruption(
-                    &seg.path,
-                    0,
-                    "segment below the tail cache has no file",
-                ));
+            let (Some(file), true) = (seg.file.clone(), seg.index_loaded) else {
+                // A closed segment not used since startup: open it and load its index, then
+                // look again (retention may have run meanwhile).
+                load = Some(seg.base_offset);
+                continue;
             };
             let pos = seg.index.lookup(seg.relative(offset)) as u64;
-            (
+            break (
                 file,
                 seg.path.clone(),
                 pos,
@@ -438,7 +450,7 @@ impl Partition {
                 hw,
                 log_start,
                 inner.config.index_interval_bytes,
-            )
+            );
         };
         let mut chunks = Vec::new();
         let mut total = 0usize;
@@ -507,7 +519,11 @@ impl Partition {
     /// timestamp is >= `ts`: `(offset, that timestamp)`; the offset is the batch's base
     /// offset, raised to the log start if the batch straddles it.
     pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, Error> {
-        let (file, path, mut pos, end, from_offset, hw, log_start) = {
+        let mut load = None;
+        let (file, path, mut pos, end, from_offset, hw, log_start) = loop {
+            if let Some(base) = load.take() {
+                self.ensure_segment_ready(base).await?;
+            }
             let inner = self.inner.borrow();
             if inner.closed {
                 return Err(Error::Closed);
@@ -518,6 +534,10 @@ impl Partition {
             }) else {
                 return Ok(None);
             };
+            if !seg.index_loaded || seg.file.is_none() {
+                load = Some(seg.base_offset);
+                continue;
+            }
             let from = seg
                 .time_index
                 .floor_below(ts)
@@ -542,7 +562,7 @@ impl Partition {
                 ));
             };
             let pos = seg.index.lookup(seg.relative(from)) as u64;
-            (
+            break (
                 file,
                 seg.path.clone(),
                 pos,
@@ -550,7 +570,7 @@ impl Partition {
                 from,
                 hw,
                 log_start,
-            )
+            );
         };
         while pos < end {
             let (batches, next) =
@@ -578,6 +598,75 @@ impl Partition {
             .cache
             .find_timestamp(from_offset, ts, hw)
             .map(|(o, t)| (o.max(log_start), t)))
+    }
+
+    /// Opens a closed segment's file and loads (or, if insane, rebuilds) its indexes on first
+    /// use. Two concurrent callers may both load; the results are identical, last one wins.
+    async fn ensure_segment_ready(&self, base: i64) -> Result<(), Error> {
+        let Some((need_file, need_index, path, size, next_offset)) =
+            self.inner.borrow().segments.get(&base).map(|s| {
+                (
+                    s.file.is_none(),
+                    !s.index_loaded,
+                    s.path.clone(),
+                    s.size,
+                    s.next_offset,
+                )
+            })
+        else {
+            return Ok(());
+        };
+        if need_file {
+            let file = self
+                .fs
+                .open_segment(&path, false)
+                .await
+                .map_err(|e| Error::io(&path, "open", e))?;
+            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                seg.file.get_or_insert(file);
+            }
+        }
+        if !need_index {
+            return Ok(());
+        }
+        let max_rel = (next_offset - base - 1).max(0) as u64;
+        let (index, time_index) = match load_index(&self.dir, base, size, max_rel).await {
+            Some(loaded) => loaded,
+            None => {
+                let file = self
+                    .inner
+                    .borrow()
+                    .segments
+                    .get(&base)
+                    .and_then(|s| s.file.clone());
+                let Some(file) = file else { return Ok(()) };
+                let config = self.config();
+                let rebuilt = rebuild_closed_indexes(
+                    &self.dir,
+                    &*file,
+                    &path,
+                    base,
+                    size,
+                    next_offset,
+                    &config,
+                )
+                .await?;
+                let Some(seg) = rebuilt else {
+                    return Err(Error::corruption(
+                        &path,
+                        0,
+                        "closed segment does not hold valid batches up to the next segment",
+                    ));
+                };
+                (seg.index, seg.time_index)
+            }
+        };
+        if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+            seg.index = index;
+            seg.time_index = time_index;
+            seg.index_loaded = true;
+        }
+        Ok(())
     }
 
     /// Max timestamp in the log and its offset (ListOffsets MAX_TIMESTAMP).
@@ -679,7 +768,7 @@ impl Partition {
     async fn persist_and_remove(&self, log_start: i64, doomed: Vec<i64>) -> Result<(), Error> {
         state_file::write_log_start(&self.dir, log_start).await?;
         for base in doomed {
-            remove_segment_files(&self.dir, base)?;
+            remove_segment_files(&self.dir, base).await?;
         }
         Ok(())
     }
@@ -692,7 +781,21 @@ impl Partition {
 
     pub fn try_set_config(&self, config: LogConfig) -> Result<(), Error> {
         config.validate()?;
-        self.inner.borrow_mut().config = config;
+        let hw_moved = {
+            let mut inner = self.inner.borrow_mut();
+            // Leaving Sync: the high watermark becomes the log end at once (it never moves
+            // back, so entering Sync keeps it where it is until durability catches up).
+            let moved = config.flush_policy != FlushPolicy::Sync
+                && inner.high_watermark < inner.next_offset;
+            if moved {
+                inner.high_watermark = inner.next_offset;
+            }
+            inner.config = config;
+            moved
+        };
+        if hw_moved {
+            self.progress.notify_all();
+        }
         self.flush_wakeup.notify_all();
         Ok(())
     }
@@ -727,6 +830,12 @@ impl Partition {
     }
 
     async fn write_close_state(&self) -> Result<(), Error> {
+        // Serialise with DeleteRecords/retention, which write the same log start file.
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
         let (base, index, time_index, snapshot, log_start) = {
             let mut inner = self.inner.borrow_mut();
             if let Some(e) = &inner.failed {
@@ -854,6 +963,22 @@ impl Partition {
         self.progress.notify_all();
     }
 
+    /// Test hook simulating `kill -9`: stops all I/O where it stands (an in-flight write or
+    /// fsync completes, nothing after it starts) without flushing or writing any state.
+    #[cfg(test)]
+    pub(crate) async fn crash(&self) {
+        self.inner.borrow_mut().failed = Some(Error::Closed);
+        self.flush_wakeup.notify_all();
+        self.progress.notify_all();
+        while self.flusher_running.get() {
+            let listener = self.flusher_done.listen();
+            if !self.flusher_running.get() {
+                break;
+            }
+            listener.await;
+        }
+    }
+
     fn fail(&self, e: Error) {
         tracing::error!(error = %e, dir = %self.dir.display(), "flush failed; partition is poisoned");
         self.inner.borrow_mut().failed = Some(e);
@@ -864,8 +989,12 @@ impl Partition {
     /// in offset order, finishing sealed ones.
     async fn flush_pass(&self, sync: bool) -> Result<(), Error> {
         loop {
-            let (base, file, path, data, start, end_offset, size, sealed, prealloc) = {
+            let (base, file, path, data, start, end_offset, size, sealed, prealloc, checkpoint) = {
                 let inner = self.inner.borrow();
+                if inner.failed.is_some() {
+                    // Poisoned (or a simulated crash): touch the files no more.
+                    return Ok(());
+                }
                 let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
                     return Ok(());
                 };
@@ -878,6 +1007,18 @@ impl Partition {
                     .config
                     .preallocate_bytes
                     .min(inner.config.segment_bytes);
+                // Copied in the same borrow as `next_offset`, so the indexes and the producer
+                // snapshot describe exactly the bytes this pass makes durable.
+                let checkpoint = (sync
+                    && !seg.sealed
+                    && seg.size - seg.checkpointed_size >= ACTIVE_CHECKPOINT_BYTES)
+                    .then(|| {
+                        (
+                            seg.index.clone(),
+                            seg.time_index.clone(),
+                            inner.producers.snapshot(seg.next_offset),
+                        )
+                    });
                 (
                     seg.base_offset,
                     seg.file.clone(),
@@ -888,6 +1029,7 @@ impl Partition {
                     seg.size,
                     seg.sealed,
                     prealloc,
+                    checkpoint,
                 )
             };
             if !sealed && data.is_empty() && !sync {
@@ -937,6 +1079,15 @@ impl Partition {
                 self.progress.notify_all();
             }
             if !sealed {
+                if let Some((index, time_index, snapshot)) = checkpoint {
+                    // Bounds crash recovery of a large active segment: it resumes from here
+                    // instead of scanning the whole segment.
+                    write_indexes(&self.dir, base, &index, &time_index).await?;
+                    write_producer_snapshot(&self.dir, &snapshot).await?;
+                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                        seg.checkpointed_size = size;
+                    }
+                }
                 return Ok(());
             }
             // Finish the sealed segment: cut the preallocated tail, then (data durable first)

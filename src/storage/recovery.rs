@@ -20,7 +20,7 @@ use super::file_io::{FileSystem, SegmentFile};
 use super::index::OffsetIndex;
 use super::producer_state::{BatchIdentity, ProducerSnapshot, ProducerStateTable};
 use super::segment::{parse_segment_name, segment_path, Segment, BATCH_READ_BYTES_MAX};
-use super::state_file::{self, decode, read_raw, unframe};
+use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
 use super::{Error, LogConfig, READ_CHUNK_BYTES_MAX};
 use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
@@ -34,9 +34,9 @@ pub(crate) struct Recovered {
     pub producers: ProducerStateTable,
 }
 
-pub(crate) fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
+pub(crate) async fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
     let path = dir.join(PRODUCER_SNAPSHOT_FILE);
-    let Some(bytes) = read_raw(&path)? else {
+    let Some(bytes) = read_raw(&path).await? else {
         return Ok(None);
     };
     let payload = unframe(&path, &bytes)?;
@@ -66,16 +66,9 @@ pub(crate) async fn write_indexes(
     .await
 }
 
-fn remove_if_exists(path: &Path) -> Result<(), Error> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, "remove", e)),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
+pub(crate) async fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
     for ext in ["log", "index", "timeindex"] {
-        remove_if_exists(&segment_path(dir, base_offset, ext))?;
+        remove_if_exists(&segment_path(dir, base_offset, ext)).await?;
     }
     Ok(())
 }
@@ -88,6 +81,7 @@ pub(crate) async fn scan_valid(
     path: &Path,
     mut pos: u64,
     file_len: u64,
+    segment_base: i64,
     mut expected_base: i64,
     mut on_batch: impl FnMut(&BatchHeader, u64),
 ) -> Result<u64, Error> {
@@ -105,7 +99,13 @@ pub(crate) async fn scan_valid(
         for item in BatchIter::new(&buf) {
             match item {
                 Ok((at, h)) => {
-                    if h.base_offset != expected_base {
+                    // Beyond what one segment may hold (relative offsets and positions are
+                    // 4 bytes in the index): as invalid as a broken CRC.
+                    let end_pos = pos + (at + h.total_len()) as u64;
+                    if h.base_offset != expected_base
+                        || h.last_offset() - segment_base > i32::MAX as i64
+                        || end_pos > u32::MAX as u64
+                    {
                         invalid = true;
                         break;
                     }
@@ -145,7 +145,63 @@ pub(crate) async fn scan_valid(
     Ok(pos)
 }
 
-fn load_index(
+/// Cheap startup check of a closed segment's index files: both present with whole entries,
+/// and the time index's last entry sane. `Some(last time index entry)` if usable.
+async fn closed_index_summary(dir: &Path, base: i64, max_rel: u64) -> Option<Option<(i64, u32)>> {
+    use super::{index, time_index};
+    let index_len = std::fs::metadata(segment_path(dir, base, "index"))
+        .ok()?
+        .len();
+    let tidx_path = segment_path(dir, base, "timeindex");
+    let tidx_len = std::fs::metadata(&tidx_path).ok()?.len();
+    if index_len % index::ENTRY_LEN as u64 != 0 || tidx_len % time_index::ENTRY_LEN as u64 != 0 {
+        return None;
+    }
+    if tidx_len == 0 {
+        return Some(None);
+    }
+    let file = glommio::io::BufferedFile::open(&tidx_path).await.ok()?;
+    let last = file
+        .read_at(
+            tidx_len - time_index::ENTRY_LEN as u64,
+            time_index::ENTRY_LEN,
+        )
+        .await
+        .ok()?;
+    let _ = file.close().await;
+    let decoded = TimeIndex::decode(&last, max_rel).ok()?;
+    Some(decoded.last())
+}
+
+/// Rebuilds a closed segment's indexes by scanning it, and persists them. `None` if the
+/// segment does not hold valid batches all the way to `next_base`.
+pub(crate) async fn rebuild_closed_indexes(
+    dir: &Path,
+    file: &dyn SegmentFile,
+    path: &Path,
+    base: i64,
+    file_len: u64,
+    next_base: i64,
+    config: &LogConfig,
+) -> Result<Option<Segment>, Error> {
+    let mut seg = Segment::new(dir, base);
+    let valid_end = scan_valid(file, path, 0, file_len, base, base, |h, pos| {
+        seg.index_batch(h, pos, config.index_interval_bytes)
+    })
+    .await?;
+    if seg.next_offset != next_base {
+        return Ok(None);
+    }
+    seg.size = valid_end;
+    if seg.offset_of_max_timestamp >= base {
+        let rel = seg.relative(seg.offset_of_max_timestamp);
+        seg.time_index.maybe_push(seg.max_timestamp, rel);
+    }
+    write_indexes(dir, base, &seg.index, &seg.time_index).await?;
+    Ok(Some(seg))
+}
+
+pub(crate) async fn load_index(
     dir: &Path,
     base: i64,
     file_len: u64,
@@ -153,8 +209,8 @@ fn load_index(
 ) -> Option<(OffsetIndex, TimeIndex)> {
     let idx_path = segment_path(dir, base, "index");
     let tidx_path = segment_path(dir, base, "timeindex");
-    let index_bytes = read_raw(&idx_path).ok()??;
-    let time_bytes = read_raw(&tidx_path).ok()??;
+    let index_bytes = read_raw(&idx_path).await.ok()??;
+    let time_bytes = read_raw(&tidx_path).await.ok()??;
     let index = match OffsetIndex::decode(&index_bytes, file_len, max_rel) {
         Ok(i) => i,
         Err(why) => {
@@ -186,21 +242,21 @@ pub(crate) async fn recover(
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(".tmp") {
             // An atomic write that never got renamed: the old file (if any) is the truth.
-            remove_if_exists(&entry.path())?;
+            remove_if_exists(&entry.path()).await?;
         } else if let Some(base) = parse_segment_name(name) {
             bases.push(base);
         }
     }
     bases.sort_unstable();
 
-    let persisted_start = match state_file::read_log_start(dir) {
+    let persisted_start = match state_file::read_log_start(dir).await {
         Ok(v) => v,
         Err(e) => {
             tracing::warn!(error = %e, "log start state unreadable; using the first segment");
             None
         }
     };
-    let snapshot = match read_producer_snapshot(dir) {
+    let snapshot = match read_producer_snapshot(dir).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "producer snapshot unreadable; rebuilding from the active segment");
@@ -212,7 +268,7 @@ pub(crate) async fn recover(
     // Segments wholly below the log start were being deleted when we stopped.
     while bases.len() > 1 && bases.get(1).is_some_and(|&next| next <= log_start) {
         let base = bases.remove(0);
-        remove_segment_files(dir, base)?;
+        remove_segment_files(dir, base).await?;
     }
 
     let mut segments = BTreeMap::new();
@@ -221,57 +277,58 @@ pub(crate) async fn recover(
     while let Some(&base) = bases.get(i) {
         let next_base = bases.get(i + 1).copied();
         let path = segment_path(dir, base, "log");
+        let mut seg = Segment::new(dir, base);
+        if let Some(next_base) = next_base {
+            let max_rel = (next_base - base - 1).max(0) as u64;
+            let file_len = std::fs::metadata(&path)
+                .map_err(|e| Error::io(&path, "stat", e))?
+                .len();
+            // Closed segments are not opened and their offset index is not read here (both
+            // happen on first use), so startup does not grow with the amount of data; only
+            // the time index's last entry (the segment's largest timestamp) is read now.
+            if let Some(last) = closed_index_summary(dir, base, max_rel).await {
+                seg.index_loaded = false;
+                seg.next_offset = next_base;
+                seg.size = file_len;
+                if let Some((ts, rel)) = last {
+                    seg.max_timestamp = ts;
+                    seg.offset_of_max_timestamp = base + rel as i64;
+                }
+            } else {
+                let file = fs
+                    .open_segment(&path, false)
+                    .await
+                    .map_err(|e| Error::io(&path, "open", e))?;
+                match rebuild_closed_indexes(dir, &*file, &path, base, file_len, next_base, config)
+                    .await?
+                {
+                    Some(rebuilt) => seg = rebuilt,
+                    None => {
+                        tracing::error!(path = %path.display(), "closed segment invalid; truncating the log here");
+                        for &later in bases.get(i + 1..).unwrap_or_default() {
+                            remove_segment_files(dir, later).await?;
+                        }
+                        bases.truncate(i + 1);
+                        continue; // Recover this segment again, now as the active one.
+                    }
+                }
+                seg.file = Some(file);
+            }
+            seg.written = seg.size;
+            seg.sealed = true;
+            seg.complete = true;
+            segments.insert(base, seg);
+            i += 1;
+            continue;
+        }
         let file = fs
             .open_segment(&path, false)
             .await
             .map_err(|e| Error::io(&path, "open", e))?;
         let file_len = file.size().await.map_err(|e| Error::io(&path, "stat", e))?;
-        let mut seg = Segment::new(dir, base);
-        if let Some(next_base) = next_base {
-            let max_rel = (next_base - base - 1).max(0) as u64;
-            if let Some((index, time_index)) = load_index(dir, base, file_len, max_rel) {
-                seg.index = index;
-                seg.time_index = time_index;
-                seg.next_offset = next_base;
-                seg.size = file_len;
-            } else {
-                let valid_end = scan_valid(&*file, &path, 0, file_len, base, |h, pos| {
-                    seg.index_batch(h, pos, config.index_interval_bytes)
-                })
-                .await?;
-                seg.size = valid_end;
-                if seg.next_offset != next_base {
-                    tracing::error!(path = %path.display(), valid_end, "closed segment invalid; truncating the log here");
-                    for &later in bases.get(i + 1..).unwrap_or_default() {
-                        remove_segment_files(dir, later)?;
-                    }
-                    bases.truncate(i + 1);
-                    continue; // Recover this segment again, now as the active one.
-                }
-                let mut sealed_indexes = (seg.index.clone(), seg.time_index.clone());
-                if seg.offset_of_max_timestamp >= base {
-                    sealed_indexes
-                        .1
-                        .maybe_push(seg.max_timestamp, seg.relative(seg.offset_of_max_timestamp));
-                }
-                seg.time_index = sealed_indexes.1.clone();
-                write_indexes(dir, base, &sealed_indexes.0, &sealed_indexes.1).await?;
-            }
-            if let Some((ts, rel)) = seg.time_index.last() {
-                seg.max_timestamp = ts;
-                seg.offset_of_max_timestamp = base + rel as i64;
-            }
-            seg.written = seg.size;
-            seg.sealed = true;
-            seg.complete = true;
-            seg.file = Some(file);
-            segments.insert(base, seg);
-            i += 1;
-            continue;
-        }
 
         // The active segment.
-        let loaded = load_index(dir, base, file_len, u32::MAX as u64);
+        let loaded = load_index(dir, base, file_len, u32::MAX as u64).await;
         let mut index_trusted = loaded.is_some();
         let snapshot_usable = snapshot.as_ref().filter(|s| s.next_offset >= base);
         let mut attempt = 0;
@@ -313,29 +370,37 @@ pub(crate) async fn recover(
                 }
             }
             seg.size = start.0;
-            let valid_end = scan_valid(&*file, &path, start.0, file_len, start.1, |h, pos| {
-                seg.index_batch(h, pos, config.index_interval_bytes);
-                if h.base_offset >= replay_from {
-                    let id = BatchIdentity {
-                        producer_id: h.producer_id,
-                        epoch: h.producer_epoch,
-                        first_seq: h.base_sequence,
-                        last_seq: h.last_sequence(),
-                    };
-                    producers.record(&id, h.base_offset, h.last_offset());
-                }
-            })
-            .await?;
+            let valid_end =
+                scan_valid(&*file, &path, start.0, file_len, base, start.1, |h, pos| {
+                    seg.index_batch(h, pos, config.index_interval_bytes);
+                    if h.base_offset >= replay_from && !h.is_control() {
+                        let id = BatchIdentity {
+                            producer_id: h.producer_id,
+                            epoch: h.producer_epoch,
+                            first_seq: h.base_sequence,
+                            last_seq: h.last_sequence(),
+                        };
+                        producers.record(&id, h.base_offset, h.last_offset());
+                    }
+                })
+                .await?;
             // A snapshot claiming more than the log holds (the tail was cut): replay from 0.
             if replay_from > seg.next_offset && attempt == 1 {
                 continue;
             }
             break valid_end;
         };
-        if !index_trusted || valid_end < file_len {
-            // The index files may describe bytes we are about to cut; never trust them again.
-            remove_if_exists(&segment_path(dir, base, "index"))?;
-            remove_if_exists(&segment_path(dir, base, "timeindex"))?;
+        let describes_cut_bytes = loaded.as_ref().is_some_and(|(index, time_index)| {
+            index.last().is_some_and(|(_, pos)| pos as u64 >= valid_end)
+                || time_index
+                    .last()
+                    .is_some_and(|(_, rel)| base + rel as i64 >= seg.next_offset)
+        });
+        if !index_trusted || describes_cut_bytes {
+            // The index files describe bytes we are about to cut (or were wrong): never
+            // trust them again. Otherwise they stay, and a later crash resumes from them.
+            remove_if_exists(&segment_path(dir, base, "index")).await?;
+            remove_if_exists(&segment_path(dir, base, "timeindex")).await?;
         }
         if valid_end < file_len {
             tracing::warn!(path = %path.display(), valid_end, file_len, "truncating torn or invalid tail");

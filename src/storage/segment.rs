@@ -47,6 +47,8 @@ pub(crate) struct Segment {
     /// Opened lazily by the flusher (creation is async; append is not).
     pub file: Option<Rc<dyn SegmentFile>>,
     pub path: PathBuf,
+    /// False for closed segments found at startup until first use (lazy load).
+    pub index_loaded: bool,
     pub index: OffsetIndex,
     pub time_index: TimeIndex,
     pub bytes_since_index: u64,
@@ -58,6 +60,8 @@ pub(crate) struct Segment {
     pub sealed: bool,
     /// Sealed, durable, truncated to size, index files written: safe to delete or trust.
     pub complete: bool,
+    /// `size` when the active segment's indexes and a producer snapshot were last persisted.
+    pub checkpointed_size: u64,
     /// Wall time of the first append, for segment.ms.
     pub first_append_ms: Option<i64>,
     /// Producer state as of `next_offset`, written by the flusher once this segment is durable.
@@ -73,6 +77,7 @@ impl Segment {
             written: 0,
             file: None,
             path: segment_path(dir, base_offset, "log"),
+            index_loaded: true,
             index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
             bytes_since_index: 0,
@@ -82,19 +87,17 @@ impl Segment {
             staging_start: 0,
             sealed: false,
             complete: false,
+            checkpointed_size: 0,
             first_append_ms: None,
             snapshot_at_seal: None,
         }
     }
 
+    /// Offset relative to the segment base, clamped to the u32 range. Appends and recovery
+    /// never let a segment hold offsets past `base + i32::MAX`, so the clamp only matters
+    /// for lookups, where a floor search with a clamped key is still correct.
     pub(crate) fn relative(&self, offset: i64) -> u32 {
-        let rel = offset - self.base_offset;
-        assert!(
-            (0..=u32::MAX as i64).contains(&rel),
-            "offset {offset} outside segment {}",
-            self.base_offset
-        );
-        rel as u32
+        (offset - self.base_offset).clamp(0, u32::MAX as i64) as u32
     }
 
     pub(crate) fn unwritten(&self) -> u64 {

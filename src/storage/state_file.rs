@@ -65,23 +65,57 @@ pub(crate) async fn sync_dir(dir: &Path) -> Result<(), Error> {
         .map_err(|e| Error::io(dir, "close dir", e.into()))
 }
 
-/// Reads a whole small file; `None` if it does not exist. Bounded by `STATE_FILE_BYTES_MAX`.
-pub(crate) fn read_raw(path: &Path) -> Result<Option<Vec<u8>>, Error> {
-    match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, "stat", e)),
-        Ok(m) if m.len() > STATE_FILE_BYTES_MAX as u64 => {
-            return Err(Error::corruption(
-                path,
-                0,
-                format!("{} bytes is too large", m.len()),
-            ))
+/// Reads a whole small file through io_uring (buffered I/O; these files are not on the data
+/// path); `None` if it does not exist. Bounded by `STATE_FILE_BYTES_MAX`.
+pub(crate) async fn read_raw(path: &Path) -> Result<Option<Vec<u8>>, Error> {
+    let file = match glommio::io::BufferedFile::open(path).await {
+        Ok(f) => f,
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Ok(None);
+            }
+            return Err(Error::io(path, "open", e));
         }
-        Ok(_) => {}
+    };
+    let len = file
+        .file_size()
+        .await
+        .map_err(|e| Error::io(path, "stat", e.into()))?;
+    if len > STATE_FILE_BYTES_MAX as u64 {
+        return Err(Error::corruption(
+            path,
+            0,
+            format!("{len} bytes is too large"),
+        ));
     }
-    std::fs::read(path)
-        .map(Some)
-        .map_err(|e| Error::io(path, "read", e))
+    let bytes = file
+        .read_at(0, len as usize)
+        .await
+        .map_err(|e| Error::io(path, "read", e.into()))?;
+    let out = bytes.to_vec();
+    file.close()
+        .await
+        .map_err(|e| Error::io(path, "close", e.into()))?;
+    if out.len() as u64 != len {
+        return Err(Error::corruption(path, out.len() as u64, "short read"));
+    }
+    Ok(Some(out))
+}
+
+/// Removes a file if it exists (asynchronously, through io_uring).
+pub(crate) async fn remove_if_exists(path: &Path) -> Result<(), Error> {
+    match glommio::io::remove(path).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(Error::io(path, "remove", e))
+            }
+        }
+    }
 }
 
 pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
@@ -122,9 +156,9 @@ pub(crate) async fn write_log_start(dir: &Path, log_start_offset: i64) -> Result
 }
 
 /// `Ok(None)` if absent; `Err(Corruption)` if present but unreadable.
-pub(crate) fn read_log_start(dir: &Path) -> Result<Option<i64>, Error> {
+pub(crate) async fn read_log_start(dir: &Path) -> Result<Option<i64>, Error> {
     let path = dir.join(LOG_START_FILE);
-    let Some(bytes) = read_raw(&path)? else {
+    let Some(bytes) = read_raw(&path).await? else {
         return Ok(None);
     };
     let payload = unframe(&path, &bytes)?;

@@ -1,1 +1,897 @@
-//! Storage integration tests (filled below).
+//! Partition tests on a real disk (O_DIRECT needs one: tempdirs are created under the
+//! crate's `target/` directory, never tmpfs), each inside a glommio `LocalExecutor`.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+use super::file_io::{IoFuture, SegmentFile};
+use super::*;
+use crate::protocol::record_batch::{
+    patch_base_offset, patch_leader_epoch, validate, BatchHeader, BatchIter, BATCH_HEADER_LEN,
+};
+
+/// A valid v2 batch: `records` records (payload is opaque filler; `validate` does not decode
+/// records), CreateTime `max_ts`, the given producer fields, CRC-32C over bytes 21.. .
+pub(crate) fn make_batch(
+    records: i32,
+    max_ts: i64,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    payload: usize,
+) -> BytesMut {
+    let total = BATCH_HEADER_LEN + payload;
+    let mut b = Vec::with_capacity(total);
+    b.extend_from_slice(&0i64.to_be_bytes()); // baseOffset
+    b.extend_from_slice(&((total - 12) as i32).to_be_bytes()); // batchLength
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // partitionLeaderEpoch
+    b.push(2); // magic
+    b.extend_from_slice(&0u32.to_be_bytes()); // crc placeholder
+    b.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    b.extend_from_slice(&(records - 1).to_be_bytes()); // lastOffsetDelta
+    b.extend_from_slice(&max_ts.to_be_bytes()); // baseTimestamp
+    b.extend_from_slice(&max_ts.to_be_bytes()); // maxTimestamp
+    b.extend_from_slice(&pid.to_be_bytes());
+    b.extend_from_slice(&epoch.to_be_bytes());
+    b.extend_from_slice(&seq.to_be_bytes());
+    b.extend_from_slice(&records.to_be_bytes());
+    b.extend((0..payload).map(|i| (i * 31 + records as usize) as u8));
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    validate(&b).unwrap();
+    BytesMut::from(&b[..])
+}
+
+fn plain(records: i32, ts: i64, payload: usize) -> BytesMut {
+    make_batch(records, ts, -1, -1, -1, payload)
+}
+
+/// What the log must store for `batch` appended at `base`: the client's bytes with
+/// baseOffset and partitionLeaderEpoch patched.
+fn stored(batch: &BytesMut, base: i64) -> Bytes {
+    let mut b = batch.clone();
+    patch_base_offset(&mut b, base);
+    patch_leader_epoch(&mut b, 0);
+    b.freeze()
+}
+
+pub(crate) fn test_dir() -> tempfile::TempDir {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("tmp");
+    std::fs::create_dir_all(&root).unwrap();
+    tempfile::tempdir_in(root).unwrap()
+}
+
+pub(crate) fn run<F, Fut>(f: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    glommio::LocalExecutorBuilder::default()
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 256,
+        preallocate_bytes: 8192,
+        tail_cache_bytes: 2048,
+        ..LogConfig::default()
+    }
+}
+
+fn log_file(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{base:020}.log"))
+}
+
+fn concat(chunks: &[Bytes]) -> Vec<u8> {
+    chunks.iter().flat_map(|c| c.iter().copied()).collect()
+}
+
+/// Reads every offset in [start, end) one by one and compares with `model`.
+async fn check_all(p: &Partition, model: &[(i64, Bytes)]) {
+    let start = p.log_start_offset();
+    for &(base, ref bytes) in model.iter() {
+        let last = BatchHeader::parse(bytes).unwrap().last_offset();
+        if last < start {
+            continue;
+        }
+        for o in base.max(start)..=last {
+            let r = p.read(o, 1).await.unwrap();
+            assert_eq!(r.chunks.len(), 1, "offset {o}");
+            assert_eq!(&r.chunks[0], bytes, "offset {o}");
+        }
+    }
+}
+
+/// Append, group-commit durability and reads (tail cache and disk) agree with what was
+/// appended; offsets are contiguous; bounds are enforced.
+#[test]
+fn append_read_roundtrip() {
+    run(|| async {
+        let dir = test_dir();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        let mut model = Vec::new();
+        for i in 0..50 {
+            let b = plain(1 + i % 3, 1000 + i as i64, 100 + (i as usize * 7) % 300);
+            let out = p.append(b.clone(), 0).unwrap();
+            assert_eq!(
+                out.base_offset,
+                model
+                    .last()
+                    .map(|(_, bytes): &(i64, Bytes)| BatchHeader::parse(bytes)
+                        .unwrap()
+                        .last_offset()
+                        + 1)
+                    .unwrap_or(0)
+            );
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+            if i % 10 == 9 {
+                p.wait_durable(out.last_offset).await.unwrap();
+                assert!(p.high_watermark() > out.last_offset);
+            }
+        }
+        let leo = p.log_end_offset();
+        p.wait_durable(leo - 1).await.unwrap();
+        assert_eq!(p.high_watermark(), leo);
+        // Timestamps are 1000 + i for batch i: lookups from the tail cache and the disk.
+        let base_of = |i: usize| model[i].0;
+        assert_eq!(
+            p.offset_for_timestamp(1010).await.unwrap(),
+            Some((base_of(10), 1010))
+        );
+        assert_eq!(
+            p.offset_for_timestamp(1049).await.unwrap(),
+            Some((base_of(49), 1049))
+        );
+        assert_eq!(p.offset_for_timestamp(1050).await.unwrap(), None);
+        assert_eq!(p.max_timestamp(), Some((1049, leo - 1)));
+        check_all(&p, &model).await;
+        // A big read returns whole batches in order, within max_bytes.
+        let r = p.read(0, 1500).await.unwrap();
+        let got = concat(&r.chunks);
+        assert!(got.len() <= 1500 && !got.is_empty());
+        let expected: Vec<u8> = model
+            .iter()
+            .flat_map(|(_, b)| b.iter().copied())
+            .take(got.len())
+            .collect();
+        assert_eq!(got, expected);
+        // KIP-74: max_bytes smaller than a batch still returns one whole batch.
+        assert_eq!(p.read(0, 1).await.unwrap().chunks.len(), 1);
+        assert!(p.read(leo, 100).await.unwrap().chunks.is_empty());
+        assert!(matches!(
+            p.read(leo + 1, 100).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        assert!(matches!(
+            p.append(plain(1, 0, 2_000_000), 0),
+            Err(AppendError::MessageTooLarge { .. })
+        ));
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().count() > 3,
+            "segments rolled"
+        );
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!(p.log_end_offset(), leo);
+        check_all(&p, &model).await;
+        assert_eq!(
+            p.offset_for_timestamp(1010).await.unwrap(),
+            Some((base_of(10), 1010))
+        );
+        assert_eq!(
+            p.offset_for_timestamp(1049).await.unwrap(),
+            Some((base_of(49), 1049))
+        );
+        assert_eq!(p.max_timestamp(), Some((1049, leo - 1)));
+        p.close().await.unwrap();
+    });
+}
+
+/// Appends under `config`, closes or "crashes" (drops without close after durability).
+async fn fill(dir: &Path, config: LogConfig, n: i32) -> (Vec<(i64, Bytes)>, Rc<Partition>) {
+    let p = Partition::open(dir.to_path_buf(), config).await.unwrap();
+    let mut model = Vec::new();
+    for i in 0..n {
+        let b = plain(2, 5000 + i as i64, 150);
+        let out = p.append(b.clone(), 0).unwrap();
+        model.push((out.base_offset, stored(&b, out.base_offset)));
+    }
+    let leo = p.log_end_offset();
+    p.wait_durable(leo - 1).await.unwrap();
+    (model, p)
+}
+
+/// Recovery from a damaged tail, for each kind of damage: open succeeds, the log ends at
+/// the last valid batch, everything before is served, new appends continue contiguously,
+/// and after another restart the new data is there (stale bytes never come back).
+#[test]
+fn recovery_from_damaged_tail() {
+    for damage in [
+        "torn",
+        "flipped",
+        "garbage",
+        "valid_batch_wrong_offset",
+        "zeros",
+    ] {
+        run(move || async move {
+            let dir = test_dir();
+            let config = LogConfig {
+                segment_bytes: 1 << 20,
+                ..small_config()
+            };
+            let (mut model, p) = fill(dir.path(), config.clone(), 20).await;
+            p.close().await.unwrap();
+            let path = log_file(dir.path(), 0);
+            let logical: usize = model.iter().map(|(_, b)| b.len()).sum();
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes.truncate(logical);
+            let last_len = model.last().unwrap().1.len();
+            let keep = match damage {
+                "torn" => {
+                    bytes.truncate(logical - last_len / 2);
+                    model.len() - 1
+                }
+                "flipped" => {
+                    bytes[logical - 10] ^= 0x40;
+                    model.len() - 1
+                }
+                "garbage" => {
+                    bytes.extend((0..777).map(|i| (i * 7) as u8));
+                    model.len()
+                }
+                "valid_batch_wrong_offset" => {
+                    let mut b = plain(1, 1, 100);
+                    patch_base_offset(&mut b, 9999);
+                    bytes.extend_from_slice(&b);
+                    model.len()
+                }
+                _ => {
+                    bytes.extend(std::iter::repeat_n(0u8, 5000));
+                    model.len()
+                }
+            };
+            std::fs::write(&path, &bytes).unwrap();
+            model.truncate(keep);
+            let expected_leo = BatchHeader::parse(&model.last().unwrap().1)
+                .unwrap()
+                .last_offset()
+                + 1;
+
+            let p = Partition::open(dir.path().to_path_buf(), config.clone())
+                .await
+                .unwrap();
+            assert_eq!(p.log_end_offset(), expected_leo, "{damage}");
+            assert_eq!(p.high_watermark(), expected_leo, "{damage}");
+            check_all(&p, &model).await;
+            for _ in 0..3 {
+                let b = plain(3, 9000, 64);
+                let out = p.append(b.clone(), 0).unwrap();
+                assert_eq!(out.base_offset, p.log_end_offset() - 3);
+                model.push((out.base_offset, stored(&b, out.base_offset)));
+            }
+            p.wait_durable(p.log_end_offset() - 1).await.unwrap();
+            check_all(&p, &model).await;
+            p.close().await.unwrap();
+
+            let p = Partition::open(dir.path().to_path_buf(), config)
+                .await
+                .unwrap();
+            assert_eq!(p.log_end_offset(), expected_leo + 9, "{damage}");
+            check_all(&p, &model).await;
+            // The file holds exactly the valid batches: nothing stale survives.
+            let file = std::fs::read(&path).unwrap();
+            let valid: usize = BatchIter::new(&file)
+                .map_while(Result::ok)
+                .map(|(_, h)| h.total_len())
+                .sum();
+            assert_eq!(
+                valid,
+                model.iter().map(|(_, b)| b.len()).sum::<usize>(),
+                "{damage}"
+            );
+            p.close().await.unwrap();
+        });
+    }
+}
+
+/// Closed segments with a missing, corrupt or insane index are rebuilt by scanning; all
+/// data is served and lookups by offset and timestamp work afterwards.
+#[test]
+fn recovery_rebuilds_bad_indexes() {
+    run(|| async {
+        let dir = test_dir();
+        let (model, p) = fill(dir.path(), small_config(), 60).await;
+        p.close().await.unwrap();
+        let mut bases: Vec<i64> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_str()
+                    .and_then(super::segment::parse_segment_name)
+            })
+            .collect();
+        bases.sort();
+        assert!(bases.len() >= 4, "need several segments, got {bases:?}");
+        let idx = |b: i64, ext: &str| dir.path().join(format!("{b:020}.{ext}"));
+        std::fs::remove_file(idx(bases[0], "index")).unwrap();
+        std::fs::write(idx(bases[1], "index"), [0xffu8; 13]).unwrap();
+        std::fs::write(idx(bases[2], "index"), [0u8; 16]).unwrap(); // not increasing
+        std::fs::remove_file(idx(bases[1], "timeindex")).unwrap();
+        std::fs::remove_file(idx(*bases.last().unwrap(), "index")).unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!(p.log_end_offset(), 120);
+        check_all(&p, &model).await;
+        assert_eq!(
+            p.offset_for_timestamp(5000 + 31).await.unwrap(),
+            Some((62, 5031))
+        );
+        assert_eq!(p.offset_for_timestamp(0).await.unwrap(), Some((0, 5000)));
+        assert_eq!(p.offset_for_timestamp(99_999).await.unwrap(), None);
+        assert_eq!(p.max_timestamp(), Some((5059, 119)));
+        p.close().await.unwrap();
+        assert!(idx(bases[0], "index").exists(), "rebuilt index persisted");
+    });
+}
+
+/// Idempotent retries are detected after restarts: after a clean close (snapshot at close),
+/// and after a crash (snapshot from the last roll plus replay of the active segment).
+#[test]
+fn idempotent_duplicates_survive_restart() {
+    for clean in [true, false] {
+        run(move || async move {
+            let dir = test_dir();
+            let config = LogConfig {
+                segment_bytes: 2048,
+                ..small_config()
+            };
+            let p = Partition::open(dir.path().to_path_buf(), config.clone())
+                .await
+                .unwrap();
+            let mut outs = Vec::new();
+            for seq in 0..20 {
+                let b = make_batch(2, 1, 42, 3, seq * 2, 200);
+                outs.push(p.append(b, 0).unwrap());
+            }
+            p.wait_durable(p.log_end_offset() - 1).await.unwrap();
+            if clean {
+                p.close().await.unwrap();
+            } else {
+                p.crash().await;
+            }
+            // Without close: a simulated kill -9 once every batch was durable; the snapshot
+            // from the last roll plus replay of the active segment must rebuild the state.
+            let p2 = Partition::open(dir.path().to_path_buf(), config)
+                .await
+                .unwrap();
+            assert_eq!(p2.log_end_offset(), 40);
+            let dup = p2.append(make_batch(2, 1, 42, 3, 38, 200), 0).unwrap();
+            assert!(dup.duplicate);
+            assert_eq!(
+                (dup.base_offset, dup.last_offset),
+                (outs[19].base_offset, outs[19].last_offset)
+            );
+            let dup = p2.append(make_batch(2, 1, 42, 3, 32, 200), 0).unwrap();
+            assert!(dup.duplicate && dup.base_offset == outs[16].base_offset);
+            assert!(matches!(
+                p2.append(make_batch(1, 1, 42, 3, 41, 200), 0),
+                Err(AppendError::OutOfOrderSequence { .. })
+            ));
+            assert!(matches!(
+                p2.append(make_batch(1, 1, 42, 2, 40, 200), 0),
+                Err(AppendError::InvalidProducerEpoch { .. })
+            ));
+            let next = p2.append(make_batch(1, 1, 42, 3, 40, 200), 0).unwrap();
+            assert_eq!((next.base_offset, next.duplicate), (40, false));
+            p2.close().await.unwrap();
+        });
+    }
+}
+
+/// DeleteRecords and retention raise the log start (persisted across restart), delete
+/// whole segments only, never the active one, and reject offsets past the high watermark.
+#[test]
+fn delete_records_and_retention() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            retention_ms: -1,
+            ..small_config()
+        };
+        let (model, p) = fill(dir.path(), config.clone(), 60).await;
+        let count = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "log")
+                })
+                .count()
+        };
+        let before = count();
+        assert!(matches!(
+            p.delete_records(121).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(p.delete_records(45).await.unwrap(), 45);
+        assert_eq!(p.log_start_offset(), 45);
+        assert!(count() < before);
+        assert!(matches!(
+            p.read(44, 10).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        check_all(&p, &model).await;
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        assert_eq!(p.log_start_offset(), 45);
+        check_all(&p, &model).await;
+        // Segments hold 19 batches (4009 bytes); 38 and 76 are closed, 114 is active (633 bytes).
+        p.set_config(LogConfig {
+            retention_bytes: 4000,
+            ..config.clone()
+        });
+        p.enforce_retention(0).await.unwrap();
+        let start = p.log_start_offset();
+        assert_eq!(
+            start, 76,
+            "the segment holding 45 goes; the next would leave < 4000 bytes"
+        );
+        check_all(&p, &model).await;
+        // Retention by time deletes every closed segment but never the active one.
+        p.set_config(LogConfig {
+            retention_ms: 10,
+            ..config
+        });
+        p.enforce_retention(1_000_000).await.unwrap();
+        assert_eq!(count(), 1);
+        check_all(&p, &model).await;
+        assert!(p.log_start_offset() < 120);
+        // DeleteTopics: the directory goes away.
+        p.delete().await.unwrap();
+        assert!(!dir.path().exists());
+    });
+}
+
+/// Long polls wake on new data (notification, no sleep loop) and time out otherwise;
+/// LogAppendTime rewrites the timestamp and keeps the CRC valid.
+#[test]
+fn wait_for_data_and_log_append_time() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            message_timestamp_type: TimestampType::LogAppendTime,
+            ..small_config()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        let start = std::time::Instant::now();
+        p.wait_for_data(0, Duration::from_millis(50)).await;
+        assert!(start.elapsed() >= Duration::from_millis(45));
+        let p2 = Rc::clone(&p);
+        let waiter = glommio::spawn_local(async move {
+            p2.wait_for_data(0, Duration::from_secs(30)).await;
+            p2.high_watermark()
+        });
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+        let out = p.append(plain(1, 7, 10), 123_456).unwrap();
+        assert_eq!(out.log_append_time_ms, 123_456);
+        assert_eq!(waiter.await, 1);
+        let r = p.read(0, 100).await.unwrap();
+        let h = validate(&r.chunks[0]).unwrap();
+        assert!(h.is_log_append_time() && h.max_timestamp == 123_456);
+        assert_eq!(p.max_timestamp(), Some((123_456, 0)));
+        p.close().await.unwrap();
+    });
+}
+
+#[derive(Default)]
+struct FaultyFs {
+    fail_sync: Rc<Cell<bool>>,
+    syncs: Rc<Cell<u32>>,
+    opens: Cell<u32>,
+}
+struct FaultyFile {
+    inner: Rc<dyn SegmentFile>,
+    fail_sync: Rc<Cell<bool>>,
+    syncs: Rc<Cell<u32>>,
+}
+static DMA: DmaFileSystem = DmaFileSystem;
+
+impl FileSystem for FaultyFs {
+    fn open_segment<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+        self.opens.set(self.opens.get() + 1);
+        Box::pin(async move {
+            let inner = DMA.open_segment(path, create).await?;
+            let f: Rc<dyn SegmentFile> = Rc::new(FaultyFile {
+                inner,
+                fail_sync: Rc::clone(&self.fail_sync),
+                syncs: Rc::clone(&self.syncs),
+            });
+            Ok(f)
+        })
+    }
+}
+impl SegmentFile for FaultyFile {
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+    fn write_at<'a>(&'a self, data: &'a [u8], pos: u64) -> IoFuture<'a, ()> {
+        self.inner.write_at(data, pos)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> IoFuture<'_, Bytes> {
+        self.inner.read_at(pos, len)
+    }
+    fn sync_data(&self) -> IoFuture<'_, ()> {
+        self.syncs.set(self.syncs.get() + 1);
+        if self.fail_sync.get() {
+            return Box::pin(async { Err(std::io::Error::other("injected fdatasync failure")) });
+        }
+        self.inner.sync_data()
+    }
+    fn truncate(&self, len: u64) -> IoFuture<'_, ()> {
+        self.inner.truncate(len)
+    }
+    fn pre_allocate(&self, len: u64) -> IoFuture<'_, ()> {
+        self.inner.pre_allocate(len)
+    }
+    fn size(&self) -> IoFuture<'_, u64> {
+        self.inner.size()
+    }
+}
+
+/// A failed fdatasync is reported to every waiter, is never acknowledged, and poisons the
+/// partition (no more appends); what was acknowledged before survives a reopen.
+#[test]
+fn failed_fsync_poisons_partition() {
+    run(|| async {
+        let dir = test_dir();
+        let fail_sync = Rc::new(Cell::new(false));
+        let fs = Rc::new(FaultyFs {
+            fail_sync: Rc::clone(&fail_sync),
+            ..FaultyFs::default()
+        });
+        let p = Partition::open_with(dir.path().to_path_buf(), small_config(), fs)
+            .await
+            .unwrap();
+        let ok = p.append(plain(1, 1, 10), 0).unwrap();
+        p.wait_durable(ok.last_offset).await.unwrap();
+        fail_sync.set(true);
+        let bad = p.append(plain(1, 1, 10), 0).unwrap();
+        assert!(matches!(
+            p.wait_durable(bad.last_offset).await,
+            Err(Error::Io { .. })
+        ));
+        assert_eq!(p.high_watermark(), 1);
+        assert!(matches!(
+            p.append(plain(1, 1, 10), 0),
+            Err(AppendError::Storage(Error::Io { .. }))
+        ));
+        assert!(p.close().await.is_err());
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert!(p.log_end_offset() >= 1);
+        assert_eq!(p.read(0, 1).await.unwrap().chunks.len(), 1);
+        p.close().await.unwrap();
+    });
+}
+
+/// Group commit: 200 producers appending concurrently and each waiting for durability are
+/// covered by a handful of fdatasyncs, not one per batch; every waiter is released.
+#[test]
+fn group_commit_shares_fsyncs() {
+    run(|| async {
+        let dir = test_dir();
+        let fs = Rc::new(FaultyFs::default());
+        let syncs = Rc::clone(&fs.syncs);
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            ..small_config()
+        };
+        let p = Partition::open_with(dir.path().to_path_buf(), config, fs)
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (0..200)
+            .map(|i| {
+                let p = Rc::clone(&p);
+                glommio::spawn_local(async move {
+                    let out = p.append(plain(1, i, 50), 0).unwrap();
+                    p.wait_durable(out.last_offset).await.unwrap();
+                    assert!(p.high_watermark() > out.last_offset);
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+        assert_eq!(p.high_watermark(), 200);
+        assert!(
+            syncs.get() <= 10,
+            "{} fdatasyncs for 200 batches",
+            syncs.get()
+        );
+        p.close().await.unwrap();
+    });
+}
+
+/// IntervalMs and Never acknowledge at once (HW = log end) and still persist on close.
+#[test]
+fn relaxed_flush_policies() {
+    for policy in [FlushPolicy::IntervalMs(20), FlushPolicy::Never] {
+        run(move || async move {
+            let dir = test_dir();
+            let config = LogConfig {
+                flush_policy: policy,
+                ..small_config()
+            };
+            let (model, p) = fill(dir.path(), config.clone(), 30).await;
+            assert_eq!(p.high_watermark(), 60);
+            check_all(&p, &model).await;
+            p.close().await.unwrap();
+            let p = Partition::open(dir.path().to_path_buf(), config)
+                .await
+                .unwrap();
+            assert_eq!(p.log_end_offset(), 60);
+            check_all(&p, &model).await;
+            p.close().await.unwrap();
+        });
+    }
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Append {
+            records: i32,
+            payload: usize,
+        },
+        DeleteRecords {
+            fraction: u8,
+        },
+        Retention {
+            bytes: i64,
+        },
+        Reopen {
+            crash: bool,
+        },
+        /// Crash with batches maybe not yet durable.
+        CrashNow,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (1i32..5, 0usize..700).prop_map(|(records, payload)| Op::Append { records, payload }),
+            1 => any::<u8>().prop_map(|fraction| Op::DeleteRecords { fraction }),
+            1 => (1000i64..6000).prop_map(|bytes| Op::Retention { bytes }),
+            1 => any::<bool>().prop_map(|crash| Op::Reopen { crash }),
+            1 => Just(Op::CrashNow),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Random appends, rolls (small segments), DeleteRecords, retention and restarts
+        /// (clean or abandoned after durability) against an in-memory model: every offset
+        /// reads back the exact batch, and log start / log end match the model.
+        #[test]
+        fn log_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+            run(move || async move {
+                let dir = test_dir();
+                let config = LogConfig { retention_ms: -1, ..small_config() };
+                let mut p = Partition::open(dir.path().to_path_buf(), config.clone()).await.unwrap();
+                let mut model: Vec<(i64, Bytes)> = Vec::new();
+                let mut next = 0i64;
+                let mut start = 0i64;
+                for (i, op) in ops.into_iter().enumerate() {
+                    match op {
+                        Op::CrashNow => {} // handled below, once the op is matched
+                        Op::Append { records, payload } => {
+                            let b = plain(records, i as i64, payload);
+                            let out = p.append(b.clone(), 0).unwrap();
+                            assert_eq!(out.base_offset, next);
+                            next = out.last_offset + 1;
+                            model.push((out.base_offset, stored(&b, out.base_offset)));
+                        }
+                        Op::DeleteRecords { fraction } => {
+                            p.wait_durable(next - 1).await.unwrap();
+                            let target = start + (next - start) * fraction as i64 / 255;
+                            assert_eq!(p.delete_records(target).await.unwrap(), target.max(start));
+                            start = target.max(start);
+                        }
+                        Op::Retention { bytes } => {
+                            p.wait_durable(next - 1).await.unwrap();
+                            p.set_config(LogConfig { retention_bytes: bytes, ..config.clone() });
+                            p.enforce_retention(0).await.unwrap();
+                            let new_start = p.log_start_offset();
+                            assert!(new_start >= start);
+                            assert!(new_start == start || model.iter().any(|(b, _)| *b == new_start));
+                            start = new_start;
+                            p.set_config(config.clone());
+                        }
+                        Op::Reopen { crash } => {
+                            p.wait_durable(next - 1).await.unwrap();
+                            if crash {
+                                p.crash().await;
+                            } else {
+                                p.close().await.unwrap();
+                            }
+                            p = Partition::open(dir.path().to_path_buf(), config.clone()).await.unwrap();
+                        }
+                    }
+                    if let Op::CrashNow = op {
+                        let durable = p.durable_offset();
+                        p.crash().await;
+                        p = Partition::open(dir.path().to_path_buf(), config.clone())
+                            .await
+                            .unwrap();
+                        // Everything durable survives; the rest may be lost, whole batches only.
+                        let leo = p.log_end_offset();
+                        assert!(durable <= leo && leo <= next, "{durable} <= {leo} <= {next}");
+                        assert!(leo == next || model.iter().any(|(b, _)| *b == leo));
+                        model.retain(|(b, _)| *b < leo);
+                        next = leo;
+                    }
+                    assert_eq!(p.log_end_offset(), next);
+                    assert_eq!(p.log_start_offset(), start);
+                }
+                p.wait_durable(next - 1).await.unwrap();
+                check_all(&p, &model).await;
+                p.close().await.unwrap();
+            });
+        }
+    }
+}
+
+/// Rolling by segment.index.bytes (index full) and by a batch bigger than segment.bytes
+/// (it gets a segment of its own); every offset still reads back after a restart.
+#[test]
+fn roll_by_index_full_and_oversized_batch() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            index_interval_bytes: 1,
+            segment_index_bytes: 24, // 3 offset entries, 2 time entries
+            ..small_config()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        let mut model = Vec::new();
+        for i in 0..10 {
+            let b = plain(1, i, 2000 + i as usize * 100);
+            let out = p.append(b.clone(), 0).unwrap();
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+        }
+        p.set_config(LogConfig {
+            segment_bytes: 1000,
+            ..config.clone()
+        });
+        let b = plain(1, 99, 5000);
+        let out = p.append(b.clone(), 0).unwrap();
+        model.push((out.base_offset, stored(&b, out.base_offset)));
+        p.wait_durable(out.last_offset).await.unwrap();
+        let logs = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "log")
+                })
+                .count()
+        };
+        assert!(logs() >= 5, "index-full rolls, got {}", logs());
+        check_all(&p, &model).await;
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        check_all(&p, &model).await;
+        p.close().await.unwrap();
+    });
+}
+
+/// A large active segment is checkpointed (indexes + producer snapshot) after
+/// ACTIVE_CHECKPOINT_BYTES, so a crash resumes from the checkpoint; data and idempotent
+/// duplicate detection both survive.
+#[test]
+fn active_segment_checkpoint_survives_crash() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            index_interval_bytes: 4096,
+            ..LogConfig::default()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        let mut model = Vec::new();
+        let batch_bytes = 1_000_000;
+        let n = (ACTIVE_CHECKPOINT_BYTES as usize / batch_bytes + 2) as i32;
+        for seq in 0..n {
+            let b = make_batch(1, seq as i64, 7, 0, seq, batch_bytes);
+            let out = p.append(b.clone(), 0).unwrap();
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+            // One fsync per batch, so a checkpoint lands mid-segment.
+            p.wait_durable(out.last_offset).await.unwrap();
+        }
+        assert!(dir.path().join(format!("{:020}.index", 0)).exists());
+        let snap = super::recovery::read_producer_snapshot(dir.path())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(snap.next_offset > 0 && snap.next_offset < n as i64);
+        p.crash().await;
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        assert_eq!(p.log_end_offset(), n as i64);
+        check_all(&p, &model).await;
+        let dup = p
+            .append(make_batch(1, 0, 7, 0, n - 1, batch_bytes), 0)
+            .unwrap();
+        assert!(dup.duplicate && dup.base_offset == n as i64 - 1);
+        p.close().await.unwrap();
+    });
+}
+
+/// Startup is O(active segment): reopening a log of many segments opens only the active
+/// segment's file; a closed one is opened (and its index loaded) on first read.
+#[test]
+fn closed_segments_open_lazily() {
+    run(|| async {
+        let dir = test_dir();
+        let (model, p) = fill(dir.path(), small_config(), 60).await;
+        p.close().await.unwrap();
+        let fs = Rc::new(FaultyFs::default());
+        let p = Partition::open_with(
+            dir.path().to_path_buf(),
+            small_config(),
+            Rc::clone(&fs) as Rc<dyn FileSystem>,
+        )
+        .await
+        .unwrap();
+        assert_eq!(fs.opens.get(), 1);
+        assert_eq!(p.max_timestamp(), Some((5059, 119)));
+        let r = p.read(0, 1).await.unwrap();
+        assert_eq!(r.chunks[0], model[0].1);
+        assert_eq!(fs.opens.get(), 2);
+        p.read(1, 1).await.unwrap();
+        assert_eq!(fs.opens.get(), 2);
+        p.close().await.unwrap();
+    });
+}

@@ -56,7 +56,7 @@ impl TimeIndex {
     }
 
     pub(crate) fn decode(bytes: &[u8], max_relative_offset: u64) -> Result<Self, String> {
-        if bytes.len() % ENTRY_LEN != 0 {
+        if !bytes.len().is_multiple_of(ENTRY_LEN) {
             return Err(format!(
                 "length {} is not a multiple of {ENTRY_LEN}",
                 bytes.len()
