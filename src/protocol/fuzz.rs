@@ -205,11 +205,17 @@ mod tests {
     }
 
     // Proves every advertised (api, version) decodes its own default-valued encoding, so the
-    // mutation test below starts from frames the broker really accepts.
+    // mutation test below starts from frames the broker really accepts. With
+    // STRATA_FUZZ_SEEDS=<dir> it also writes those frames there as the fuzzer's seed corpus.
     #[test]
     fn every_supported_version_decodes_its_encoding() {
+        let seeds = std::env::var_os("STRATA_FUZZ_SEEDS").map(std::path::PathBuf::from);
         for (api, version) in decoded_versions() {
             let frame = encode_frame(api, version);
+            if let Some(dir) = &seeds {
+                std::fs::create_dir_all(dir).unwrap();
+                std::fs::write(dir.join(format!("{api:?}-v{version}")), &frame).unwrap();
+            }
             if let Err(e) = decode_any(frame) {
                 panic!("{api:?} v{version}: {e}");
             }
