@@ -230,7 +230,7 @@ mod tests {
         let seed: u64 = std::env::var("STRATA_FUZZ_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5eed_0f_57a7a);
+            .unwrap_or(0x5eed_f00d);
         let mut rng = StdRng::seed_from_u64(seed);
         let valid: Vec<Vec<u8>> = decoded_versions()
             .map(|(api, version)| encode_frame(api, version).to_vec())

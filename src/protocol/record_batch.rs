@@ -282,24 +282,26 @@ impl<'a> Iterator for BatchIter<'a> {
         if rest.is_empty() {
             return None;
         }
-        let header = match BatchHeader::parse(rest) {
-            Ok(h) => h,
-            Err(e) => return Some(Err(e)),
-        };
-        let len = header.total_len();
-        let Some(one) = rest.get(..len) else {
-            return Some(Err(BatchError::Truncated {
+        let result = BatchHeader::parse(rest).and_then(|header| {
+            let len = header.total_len();
+            let one = rest.get(..len).ok_or(BatchError::Truncated {
                 need: len,
                 have: rest.len(),
-            }));
-        };
-        match validate(one) {
-            Ok(h) => {
+            })?;
+            validate(one).map(|h| (len, h))
+        });
+        match result {
+            Ok((len, h)) => {
                 let at = self.pos;
                 self.pos += len;
                 Some(Ok((at, h)))
             }
-            Err(e) => Some(Err(e)),
+            Err(e) => {
+                // Nothing after a malformed batch can be located, so the iterator ends
+                // here rather than yielding the same error forever.
+                self.pos = self.buf.len();
+                Some(Err(e))
+            }
         }
     }
 }
@@ -553,7 +555,8 @@ mod tests {
         }
 
         // Proves BatchIter over N concatenated batches yields exactly N headers at the right
-        // byte positions, and a cut anywhere after the k-th batch yields k batches then an error.
+        // byte positions, and a cut anywhere after the k-th batch yields k batches, then one
+        // error (unless the cut falls on a boundary), then nothing.
         #[test]
         fn iter_splits_concatenation(
             specs in proptest::collection::vec(batch_spec(6), 1..8),
@@ -584,6 +587,7 @@ mod tests {
                 None => prop_assert!(starts.contains(&cut)),
                 Some(item) => prop_assert!(item.is_err() && !starts.contains(&cut)),
             }
+            prop_assert!(iter.next().is_none(), "iterator continued after its end or error");
         }
 
         // Proves patch_log_append_time sets the timestamp type and max timestamp, recomputes
