@@ -4,4 +4,5 @@
 pub mod api_versions;
 pub mod error;
 pub mod frame;
+pub mod fuzz;
 pub mod record_batch;

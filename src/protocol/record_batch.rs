@@ -282,24 +282,388 @@ impl<'a> Iterator for BatchIter<'a> {
         if rest.is_empty() {
             return None;
         }
-        let header = match BatchHeader::parse(rest) {
-            Ok(h) => h,
-            Err(e) => return Some(Err(e)),
-        };
-        let len = header.total_len();
-        let Some(one) = rest.get(..len) else {
-            return Some(Err(BatchError::Truncated {
+        let result = BatchHeader::parse(rest).and_then(|header| {
+            let len = header.total_len();
+            let one = rest.get(..len).ok_or(BatchError::Truncated {
                 need: len,
                 have: rest.len(),
-            }));
-        };
-        match validate(one) {
-            Ok(h) => {
+            })?;
+            validate(one).map(|h| (len, h))
+        });
+        match result {
+            Ok((len, h)) => {
                 let at = self.pos;
                 self.pos += len;
                 Some(Ok((at, h)))
             }
-            Err(e) => Some(Err(e)),
+            Err(e) => {
+                // Nothing after a malformed batch can be located, so the iterator ends
+                // here rather than yielding the same error forever.
+                self.pos = self.buf.len();
+                Some(Err(e))
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Property tests: batches come from kafka-protocol's own encoder (an independent
+    //! implementation of the format), so these check Strata's parser against the reference
+    //! layout rather than against itself.
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use bytes::{Bytes, BytesMut};
+    use indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
+    };
+    use proptest::prelude::*;
+
+    /// Everything needed to build one batch, and to know what its header must say.
+    #[derive(Debug, Clone)]
+    struct BatchSpec {
+        compression: Compression,
+        base_offset: i64,
+        leader_epoch: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+        transactional: bool,
+        records: Vec<RecordSpec>,
+    }
+
+    type Headers = IndexMap<StrBytes, Option<Bytes>>;
+
+    #[derive(Debug, Clone)]
+    struct RecordSpec {
+        timestamp: i64,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Headers,
+    }
+
+    fn compression() -> impl Strategy<Value = Compression> {
+        prop_oneof![
+            Just(Compression::None),
+            Just(Compression::Gzip),
+            Just(Compression::Snappy),
+            Just(Compression::Lz4),
+            Just(Compression::Zstd),
+        ]
+    }
+
+    fn opt_bytes(len_max: usize) -> impl Strategy<Value = Option<Bytes>> {
+        proptest::option::of(
+            proptest::collection::vec(any::<u8>(), 0..len_max).prop_map(Bytes::from),
+        )
+    }
+
+    fn record_spec() -> impl Strategy<Value = RecordSpec> {
+        (
+            0i64..(1 << 41),
+            opt_bytes(32),
+            opt_bytes(128),
+            proptest::collection::vec(("[a-z]{0,8}", opt_bytes(16)), 0..4),
+        )
+            .prop_map(|(timestamp, key, value, headers)| RecordSpec {
+                timestamp,
+                key,
+                value,
+                headers: headers
+                    .into_iter()
+                    .map(|(k, v)| (StrBytes::from_string(k), v))
+                    .collect(),
+            })
+    }
+
+    fn batch_spec(records_max: usize) -> impl Strategy<Value = BatchSpec> {
+        (
+            compression(),
+            0i64..(i64::MAX / 2),
+            -1i32..1000,
+            -1i64..1_000_000,
+            -1i16..100,
+            prop_oneof![Just(-1i32), 0i32..=i32::MAX],
+            any::<bool>(),
+            proptest::collection::vec(record_spec(), 1..=records_max),
+        )
+            .prop_map(
+                |(
+                    compression,
+                    base_offset,
+                    leader_epoch,
+                    producer_id,
+                    producer_epoch,
+                    base_sequence,
+                    transactional,
+                    records,
+                )| BatchSpec {
+                    compression,
+                    base_offset,
+                    leader_epoch,
+                    producer_id,
+                    producer_epoch,
+                    base_sequence,
+                    transactional,
+                    records,
+                },
+            )
+    }
+
+    impl BatchSpec {
+        /// The records as kafka-protocol models them, with offsets from `base_offset`.
+        /// Sequences advance with the offset (wrapping like the reference encoder), so the
+        /// encoder keeps them in one batch.
+        fn records(&self, base_offset: i64, leader_epoch: i32) -> Vec<Record> {
+            self.records
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Record {
+                    transactional: self.transactional,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: leader_epoch,
+                    producer_id: self.producer_id,
+                    producer_epoch: self.producer_epoch,
+                    // The reference encoder never sets the timestamp-type attribute bit.
+                    timestamp_type: TimestampType::Creation,
+                    offset: base_offset + i as i64,
+                    sequence: self.base_sequence.wrapping_add(i as i32),
+                    timestamp: r.timestamp,
+                    key: r.key.clone(),
+                    value: r.value.clone(),
+                    headers: r.headers.clone(),
+                })
+                .collect()
+        }
+
+        fn encode(&self) -> Vec<u8> {
+            let mut buf = BytesMut::new();
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression: self.compression,
+            };
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &self.records(self.base_offset, self.leader_epoch),
+                &options,
+            )
+            .unwrap();
+            buf.to_vec()
+        }
+    }
+
+    fn decode_one(batch: &[u8]) -> Vec<Record> {
+        let mut bytes = Bytes::copy_from_slice(batch);
+        let set = RecordBatchDecoder::decode(&mut bytes).unwrap();
+        assert!(bytes.is_empty(), "decoder left bytes behind");
+        set.records
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        // Proves validate accepts every batch the reference encoder produces, for every codec,
+        // and that each header field reads back as written.
+        #[test]
+        fn validate_accepts_encoded_batches(spec in batch_spec(24)) {
+            let batch = spec.encode();
+            let header = validate(&batch).unwrap();
+            let n = spec.records.len() as i32;
+            let timestamps = spec.records.iter().map(|r| r.timestamp);
+            prop_assert_eq!(header.total_len(), batch.len());
+            prop_assert_eq!(header.base_offset, spec.base_offset);
+            prop_assert_eq!(header.partition_leader_epoch, spec.leader_epoch);
+            prop_assert_eq!(header.magic, MAGIC_V2);
+            prop_assert_eq!(header.crc, compute_crc(&batch));
+            prop_assert_eq!(header.compression(), spec.compression as i16);
+            prop_assert_eq!(header.is_transactional(), spec.transactional);
+            prop_assert!(!header.is_control());
+            prop_assert!(!header.is_log_append_time());
+            prop_assert_eq!(header.records_count, n);
+            prop_assert_eq!(header.last_offset_delta, n - 1);
+            prop_assert_eq!(header.last_offset(), spec.base_offset + n as i64 - 1);
+            prop_assert_eq!(header.base_timestamp, timestamps.clone().min().unwrap());
+            prop_assert_eq!(header.max_timestamp, timestamps.max().unwrap());
+            prop_assert_eq!(header.producer_id, spec.producer_id);
+            prop_assert_eq!(header.producer_epoch, spec.producer_epoch);
+            prop_assert_eq!(header.base_sequence, spec.base_sequence);
+        }
+
+        // Proves base offset and leader epoch patches leave the CRC valid and that the
+        // reference decoder then sees every record at its new offset and epoch, unchanged.
+        #[test]
+        fn patches_keep_crc_and_round_trip(
+            spec in batch_spec(16),
+            new_base in 0i64..(i64::MAX / 2),
+            new_epoch in 0i32..i32::MAX,
+        ) {
+            let mut batch = spec.encode();
+            let crc_before = validate(&batch).unwrap().crc;
+            patch_base_offset(&mut batch, new_base);
+            patch_leader_epoch(&mut batch, new_epoch);
+            let header = validate(&batch).unwrap();
+            prop_assert_eq!(header.crc, crc_before);
+            prop_assert_eq!(header.base_offset, new_base);
+            prop_assert_eq!(header.partition_leader_epoch, new_epoch);
+            prop_assert_eq!(decode_one(&batch), spec.records(new_base, new_epoch));
+        }
+
+        // Proves every single-bit flip from the CRC field onwards is rejected (checked
+        // exhaustively for each batch), and that flips before it are caught exactly where
+        // the format says: length and magic are checked, base offset and epoch are not.
+        #[test]
+        fn any_flipped_bit_is_detected(spec in batch_spec(4)) {
+            let batch = spec.encode();
+            let mut copy = batch.clone();
+            for byte in 0..batch.len() {
+                for bit in 0..8 {
+                    copy[byte] ^= 1 << bit;
+                    let result = validate(&copy);
+                    let outside_crc = (BASE_OFFSET_POS..BATCH_LENGTH_POS).contains(&byte)
+                        || (LEADER_EPOCH_POS..MAGIC_POS).contains(&byte);
+                    if outside_crc {
+                        prop_assert!(result.is_ok(), "byte {} bit {}: {:?}", byte, bit, result);
+                    } else {
+                        prop_assert!(result.is_err(), "byte {} bit {} accepted", byte, bit);
+                    }
+                    copy[byte] ^= 1 << bit;
+                }
+            }
+            prop_assert_eq!(copy, batch);
+        }
+
+        // Proves every proper prefix of a batch is rejected by validate and by BatchIter,
+        // and that neither panics on any cut (checked exhaustively for each batch).
+        #[test]
+        fn truncation_is_rejected(spec in batch_spec(8)) {
+            let batch = spec.encode();
+            for cut in 0..batch.len() {
+                let prefix = &batch[..cut];
+                prop_assert!(validate(prefix).is_err(), "prefix of {} accepted", cut);
+                let items: Vec<_> = BatchIter::new(prefix).take(2).collect();
+                if cut == 0 {
+                    prop_assert!(items.is_empty());
+                } else {
+                    prop_assert!(items[0].is_err(), "iter accepted prefix of {}", cut);
+                }
+            }
+        }
+
+        // Proves BatchIter over N concatenated batches yields exactly N headers at the right
+        // byte positions, and a cut anywhere after the k-th batch yields k batches, then one
+        // error (unless the cut falls on a boundary), then nothing.
+        #[test]
+        fn iter_splits_concatenation(
+            specs in proptest::collection::vec(batch_spec(6), 1..8),
+            cut_seed in any::<prop::sample::Index>(),
+        ) {
+            let mut buf = Vec::new();
+            let mut starts = Vec::new();
+            for spec in &specs {
+                starts.push(buf.len());
+                buf.extend_from_slice(&spec.encode());
+            }
+            let got: Vec<_> = BatchIter::new(&buf).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(got.len(), specs.len());
+            for (i, (pos, header)) in got.iter().enumerate() {
+                prop_assert_eq!(*pos, starts[i]);
+                prop_assert_eq!(header.base_offset, specs[i].base_offset);
+                prop_assert_eq!(header.records_count, specs[i].records.len() as i32);
+            }
+
+            let cut = cut_seed.index(buf.len());
+            // Batch i is whole when the next one starts at or before the cut.
+            let whole = starts.iter().filter(|&&s| s <= cut).count() - 1;
+            let mut iter = BatchIter::new(&buf[..cut]);
+            for _ in 0..whole {
+                prop_assert!(iter.next().unwrap().is_ok());
+            }
+            match iter.next() {
+                None => prop_assert!(starts.contains(&cut)),
+                Some(item) => prop_assert!(item.is_err() && !starts.contains(&cut)),
+            }
+            prop_assert!(iter.next().is_none(), "iterator continued after its end or error");
+        }
+
+        // Proves patch_log_append_time sets the timestamp type and max timestamp, recomputes
+        // the CRC so the batch stays valid, and leaves every other header field alone.
+        #[test]
+        fn log_append_time_keeps_batch_valid(spec in batch_spec(8), now_ms in 0i64..i64::MAX) {
+            let mut batch = spec.encode();
+            let before = validate(&batch).unwrap();
+            patch_log_append_time(&mut batch, now_ms);
+            let after = validate(&batch).unwrap();
+            prop_assert!(after.is_log_append_time());
+            prop_assert_eq!(after.max_timestamp, now_ms);
+            prop_assert_eq!(after.crc, compute_crc(&batch));
+            prop_assert_eq!(
+                BatchHeader {
+                    crc: before.crc,
+                    attributes: before.attributes | ATTR_TIMESTAMP_TYPE_LOG_APPEND,
+                    max_timestamp: now_ms,
+                    ..before
+                },
+                BatchHeader { crc: before.crc, ..after }
+            );
+            let decoded = decode_one(&batch);
+            prop_assert!(decoded.iter().all(|r| r.timestamp_type == TimestampType::LogAppend));
+        }
+
+        // Proves last_sequence adds the offset delta and wraps past i32::MAX back to 0 (as
+        // Kafka's DefaultRecordBatch.incrementSequence does), and is -1 without a sequence.
+        #[test]
+        fn last_sequence_wraps(base in -5i32..=i32::MAX, delta in 0i32..10_000) {
+            let header = BatchHeader {
+                base_offset: 0,
+                batch_length: (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32,
+                partition_leader_epoch: 0,
+                magic: MAGIC_V2,
+                crc: 0,
+                attributes: 0,
+                last_offset_delta: delta,
+                base_timestamp: 0,
+                max_timestamp: 0,
+                producer_id: 0,
+                producer_epoch: 0,
+                base_sequence: base,
+                records_count: delta + 1,
+            };
+            let expected = if base < 0 {
+                -1
+            } else {
+                ((base as i64 + delta as i64) % (i32::MAX as i64 + 1)) as i32
+            };
+            prop_assert_eq!(header.last_sequence(), expected);
+        }
+    }
+
+    // Proves the wrap on a real encoded batch whose sequences straddle i32::MAX.
+    #[test]
+    fn last_sequence_wraps_on_encoded_batch() {
+        let spec = BatchSpec {
+            compression: Compression::None,
+            base_offset: 100,
+            leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: i32::MAX - 1,
+            transactional: false,
+            records: (0..4)
+                .map(|i| RecordSpec {
+                    timestamp: i,
+                    key: None,
+                    value: Some(Bytes::from_static(b"v")),
+                    headers: Headers::new(),
+                })
+                .collect(),
+        };
+        let header = validate(&spec.encode()).unwrap();
+        assert_eq!(header.base_sequence, i32::MAX - 1);
+        assert_eq!(header.last_sequence(), 1);
     }
 }
