@@ -306,6 +306,7 @@ pub const TOPIC_CONFIG_KEYS: &[&str] = &[
 
 /// Builds a `LogConfig` from Kafka-named topic settings. Missing keys take the broker's
 /// defaults. Errors name the offending key.
+#[allow(clippy::field_reassign_with_default)] // each field is parsed and checked in turn
 pub fn log_config_from(
     settings: &BTreeMap<String, String>,
     broker: &Config,
@@ -431,59 +432,6 @@ fn parse_like(current: &toml::Value, raw: &str) -> Result<toml::Value, String> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Precedence is default < file < env < flag, checked on one key at each level.
-    #[test]
-    fn precedence() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("s.toml");
-        std::fs::write(
-            &path,
-            "num_partitions = 3\nlog_retention_ms = 5\nlisten = \"127.0.0.1:1\"\n",
-        )
-        .expect("write");
-        let env = vec![
-            ("STRATA_LOG_RETENTION_MS".to_string(), "7".to_string()),
-            ("STRATA_LISTEN".to_string(), "127.0.0.1:2".to_string()),
-            ("STRATA_BOOTSTRAP".to_string(), "ignored".to_string()),
-        ];
-        let flags = Overrides {
-            listen: Some("127.0.0.1:3".into()),
-            ..Default::default()
-        };
-        let c = Config::load(Some(&path), env.into_iter(), &flags).expect("load");
-        assert_eq!(c.num_partitions, 3);
-        assert_eq!(c.log_retention_ms, 7);
-        assert_eq!(c.listen, "127.0.0.1:3");
-        assert_eq!(c.log_segment_bytes, Config::default().log_segment_bytes);
-    }
-
-    /// Unknown keys in the file and malformed values are rejected with the key named.
-    #[test]
-    fn rejects_bad_input() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("s.toml");
-        std::fs::write(&path, "no_such_key = 1\n").expect("write");
-        let err = Config::load(Some(&path), std::iter::empty(), &Overrides::default());
-        assert!(matches!(err, Err(ConfigError::Parse { .. })));
-        let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "x".to_string())];
-        let err = Config::load(None, env.into_iter(), &Overrides::default());
-        assert!(matches!(err, Err(ConfigError::Env { .. })));
-    }
-
-    /// The documented config file parses and matches the built-in defaults.
-    #[test]
-    fn documented_file_matches_defaults() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/strata.toml");
-        let c = Config::load(Some(&path), std::iter::empty(), &Overrides::default()).expect("load");
-        let d = Config::default();
-        assert_eq!(toml::to_string(&c).ok(), toml::to_string(&d).ok());
-    }
-}
-
 /// Broker-level settings that are defaults for topic-level ones, as (broker name, topic
 /// name) in Kafka's naming. These may be changed at runtime with IncrementalAlterConfigs on
 /// the broker resource.
@@ -540,5 +488,58 @@ impl Config {
                 self.socket_request_max_bytes.to_string(),
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Precedence is default < file < env < flag, checked on one key at each level.
+    #[test]
+    fn precedence() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "num_partitions = 3\nlog_retention_ms = 5\nlisten = \"127.0.0.1:1\"\n",
+        )
+        .expect("write");
+        let env = vec![
+            ("STRATA_LOG_RETENTION_MS".to_string(), "7".to_string()),
+            ("STRATA_LISTEN".to_string(), "127.0.0.1:2".to_string()),
+            ("STRATA_BOOTSTRAP".to_string(), "ignored".to_string()),
+        ];
+        let flags = Overrides {
+            listen: Some("127.0.0.1:3".into()),
+            ..Default::default()
+        };
+        let c = Config::load(Some(&path), env.into_iter(), &flags).expect("load");
+        assert_eq!(c.num_partitions, 3);
+        assert_eq!(c.log_retention_ms, 7);
+        assert_eq!(c.listen, "127.0.0.1:3");
+        assert_eq!(c.log_segment_bytes, Config::default().log_segment_bytes);
+    }
+
+    /// Unknown keys in the file and malformed values are rejected with the key named.
+    #[test]
+    fn rejects_bad_input() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "no_such_key = 1\n").expect("write");
+        let err = Config::load(Some(&path), std::iter::empty(), &Overrides::default());
+        assert!(matches!(err, Err(ConfigError::Parse { .. })));
+        let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "x".to_string())];
+        let err = Config::load(None, env.into_iter(), &Overrides::default());
+        assert!(matches!(err, Err(ConfigError::Env { .. })));
+    }
+
+    /// The documented config file parses and matches the built-in defaults.
+    #[test]
+    fn documented_file_matches_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/strata.toml");
+        let c = Config::load(Some(&path), std::iter::empty(), &Overrides::default()).expect("load");
+        let d = Config::default();
+        assert_eq!(toml::to_string(&c).ok(), toml::to_string(&d).ok());
     }
 }

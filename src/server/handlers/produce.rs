@@ -32,7 +32,7 @@ pub async fn handle(
     let mut per_shard: Vec<Vec<(TopicPartition, Option<bytes::Bytes>)>> =
         (0..nr_shards).map(|_| Vec::new()).collect();
     let mut layout: Vec<(String, Vec<(i32, Source)>)> = Vec::with_capacity(req.topic_data.len());
-    let invalid_acks = !matches!(acks, -1 | 0 | 1);
+    let invalid_acks = !(-1..=1).contains(&acks);
     let transactional = req.transactional_id.is_some();
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
