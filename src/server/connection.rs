@@ -41,6 +41,7 @@ pub async fn serve(
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let (mut reader, mut writer) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<PendingResponse>(
         ctx.shared.config.connection_requests_in_flight_max,
@@ -51,10 +52,7 @@ pub async fn serve(
             let Some(chunks) = pending.await else {
                 continue;
             };
-            for chunk in chunks {
-                writer.write_all(&chunk).await?;
-            }
-            writer.flush().await?;
+            super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
         }
         writer.flush().await?;
         let _ = writer.close().await;

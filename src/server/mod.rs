@@ -5,6 +5,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod handlers;
 pub mod route;
+pub mod vectored;
 
 use std::rc::Rc;
 use std::time::Duration;

@@ -37,7 +37,7 @@ use super::recovery::{
     write_producer_snapshot,
 };
 use super::retention::{segments_to_delete, SegmentSummary};
-use super::segment::{read_batches, Segment};
+use super::segment::{preallocation_target, read_batches, Segment};
 use super::state_file;
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
@@ -989,7 +989,19 @@ impl Partition {
     /// in offset order, finishing sealed ones.
     async fn flush_pass(&self, sync: bool) -> Result<(), Error> {
         loop {
-            let (base, file, path, data, start, end_offset, size, sealed, prealloc, checkpoint) = {
+            let (
+                base,
+                file,
+                path,
+                data,
+                start,
+                end_offset,
+                size,
+                sealed,
+                prealloc,
+                segment_bytes,
+                checkpoint,
+            ) = {
                 let inner = self.inner.borrow();
                 if inner.failed.is_some() {
                     // Poisoned (or a simulated crash): touch the files no more.
@@ -1003,10 +1015,8 @@ impl Partition {
                 } else {
                     Vec::new()
                 };
-                let prealloc = inner
-                    .config
-                    .preallocate_bytes
-                    .min(inner.config.segment_bytes);
+                let prealloc = inner.config.preallocate_bytes;
+                let segment_bytes = inner.config.segment_bytes;
                 // Copied in the same borrow as `next_offset`, so the indexes and the producer
                 // snapshot describe exactly the bytes this pass makes durable.
                 let checkpoint = (sync
@@ -1029,6 +1039,7 @@ impl Partition {
                     seg.size,
                     seg.sealed,
                     prealloc,
+                    segment_bytes,
                     checkpoint,
                 )
             };
@@ -1043,11 +1054,6 @@ impl Partition {
                         .open_segment(&path, true)
                         .await
                         .map_err(|e| Error::io(&path, "create", e))?;
-                    if prealloc > 0 {
-                        f.pre_allocate(prealloc)
-                            .await
-                            .map_err(|e| Error::io(&path, "fallocate", e))?;
-                    }
                     // The new file's directory entry must be durable before data in it counts.
                     state_file::sync_dir(&self.dir).await?;
                     if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
@@ -1057,6 +1063,22 @@ impl Partition {
                 }
             };
             if !data.is_empty() {
+                let reserved = self
+                    .inner
+                    .borrow()
+                    .segments
+                    .get(&base)
+                    .map(|s| s.preallocated)
+                    .unwrap_or(0);
+                let end = start + data.len() as u64;
+                if let Some(target) = preallocation_target(reserved, end, prealloc, segment_bytes) {
+                    file.pre_allocate(target)
+                        .await
+                        .map_err(|e| Error::io(&path, "fallocate", e))?;
+                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                        seg.preallocated = seg.preallocated.max(target);
+                    }
+                }
                 file.write_at(&data, start)
                     .await
                     .map_err(|e| Error::io(&path, "write", e))?;

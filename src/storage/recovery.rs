@@ -19,7 +19,9 @@ use std::path::Path;
 use super::file_io::{FileSystem, SegmentFile};
 use super::index::OffsetIndex;
 use super::producer_state::{BatchIdentity, ProducerSnapshot, ProducerStateTable};
-use super::segment::{parse_segment_name, segment_path, Segment, BATCH_READ_BYTES_MAX};
+use super::segment::{
+    parse_segment_name, preallocation_target, segment_path, Segment, BATCH_READ_BYTES_MAX,
+};
 use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
 use super::{Error, LogConfig, READ_CHUNK_BYTES_MAX};
@@ -410,11 +412,18 @@ pub(crate) async fn recover(
         file.truncate(valid_end)
             .await
             .map_err(|e| Error::io(&path, "truncate", e))?;
-        let prealloc = config.preallocate_bytes.min(config.segment_bytes);
-        if prealloc > 0 {
-            file.pre_allocate(prealloc)
+        // Reserve the next extent past the valid end again (the truncate released it).
+        let reserve = preallocation_target(
+            valid_end,
+            valid_end + 1,
+            config.preallocate_bytes,
+            config.segment_bytes,
+        );
+        if let Some(target) = reserve {
+            file.pre_allocate(target)
                 .await
                 .map_err(|e| Error::io(&path, "fallocate", e))?;
+            seg.preallocated = target;
         }
         file.sync_data()
             .await

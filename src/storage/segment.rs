@@ -66,6 +66,28 @@ pub(crate) struct Segment {
     pub first_append_ms: Option<i64>,
     /// Producer state as of `next_offset`, written by the flusher once this segment is durable.
     pub snapshot_at_seal: Option<ProducerSnapshot>,
+    /// Bytes of the file reserved with fallocate so far.
+    pub preallocated: u64,
+}
+
+/// First extent reserved for a new segment. Reservation then doubles with the segment, up
+/// to `LogConfig::preallocate_bytes` per extent: a busy partition appends into large
+/// extents, while ten thousand idle ones do not each hold a large extent of disk.
+pub(crate) const PREALLOCATE_INITIAL_BYTES: u64 = 1 << 20;
+
+/// How far to reserve so that a write ending at `end` lands in allocated space, given
+/// `current` bytes already reserved; `None` when nothing more is needed.
+pub(crate) fn preallocation_target(
+    current: u64,
+    end: u64,
+    extent_max: u64,
+    segment_bytes: u64,
+) -> Option<u64> {
+    if extent_max == 0 || end <= current {
+        return None;
+    }
+    let grow = current.max(PREALLOCATE_INITIAL_BYTES).min(extent_max);
+    Some((current + grow).max(end).min(segment_bytes.max(end)))
 }
 
 impl Segment {
@@ -90,6 +112,7 @@ impl Segment {
             checkpointed_size: 0,
             first_append_ms: None,
             snapshot_at_seal: None,
+            preallocated: 0,
         }
     }
 
@@ -243,3 +266,35 @@ pub(crate) async fn read_batches(
 /// No batch read back from disk may be larger than this (bounds the buffer a corrupt
 /// length field can make us allocate).
 pub(crate) const BATCH_READ_BYTES_MAX: usize = super::STAGING_BYTES_MAX;
+
+#[cfg(test)]
+mod preallocation_tests {
+    use super::*;
+
+    /// Reservation starts small, doubles, is capped per extent and by the segment size,
+    /// and always covers the write.
+    #[test]
+    fn grows_geometrically_within_bounds() {
+        let mib = 1 << 20;
+        assert_eq!(preallocation_target(0, 4096, 64 * mib, 1 << 30), Some(mib));
+        assert_eq!(
+            preallocation_target(mib, mib + 1, 64 * mib, 1 << 30),
+            Some(2 * mib)
+        );
+        assert_eq!(
+            preallocation_target(128 * mib, 128 * mib + 1, 64 * mib, 1 << 30),
+            Some(192 * mib)
+        );
+        assert_eq!(
+            preallocation_target(mib, 10 * mib, 64 * mib, 1 << 30),
+            Some(10 * mib)
+        );
+        assert_eq!(preallocation_target(0, 4096, 64 * mib, 8192), Some(8192));
+        assert_eq!(
+            preallocation_target(0, 20_000, 64 * mib, 8192),
+            Some(20_000)
+        );
+        assert_eq!(preallocation_target(mib, 4096, 64 * mib, 1 << 30), None);
+        assert_eq!(preallocation_target(0, 4096, 0, 1 << 30), None);
+    }
+}
