@@ -283,8 +283,31 @@ pub async fn add_partitions(
         return Ok(());
     }
     let nr_shards = ctx.shared.nr_shards;
-    let meta = ctx
-        .shared
+    let meta = update_topic(
+        ctx,
+        name,
+        |t, load| {
+            let add = (count as usize).saturating_sub(t.partitions.len());
+            t.partitions.extend(
+                place(load, add)
+                    .into_iter()
+                    .map(|shard| PartitionMeta { shard }),
+            );
+        },
+        nr_shards,
+    )?;
+    open_partitions(ctx, &meta, have as usize).await
+}
+
+/// Applies `change` to a copy of topic `name` (with the shards' current partition counts
+/// for placement), records it in the catalog and returns the new version.
+fn update_topic(
+    ctx: &ShardCtx,
+    name: &str,
+    change: impl FnOnce(&mut TopicMeta, &mut [usize]),
+    nr_shards: usize,
+) -> Result<Arc<TopicMeta>, AdminError> {
+    ctx.shared
         .catalog
         .update(|c| {
             let Some(t) = c.topics.get(name) else {
@@ -295,18 +318,12 @@ pub async fn add_partitions(
             };
             let mut t = (**t).clone();
             let mut load = c.shard_load(nr_shards);
-            let add = (count as usize).saturating_sub(t.partitions.len());
-            t.partitions.extend(
-                place(&mut load, add)
-                    .into_iter()
-                    .map(|shard| PartitionMeta { shard }),
-            );
+            change(&mut t, &mut load);
             let t = Arc::new(t);
             c.topics.insert(name.to_string(), t.clone());
             Ok(t)
         })
-        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
-    open_partitions(ctx, &meta, have as usize).await
+        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?
 }
 
 /// Replaces a topic's config overrides and pushes the new log config to its partitions.
@@ -316,23 +333,7 @@ pub async fn set_topic_configs(
     configs: BTreeMap<String, String>,
 ) -> Result<(), AdminError> {
     validate_topic_configs(ctx, &configs)?;
-    let meta = ctx
-        .shared
-        .catalog
-        .update(|c| {
-            let Some(t) = c.topics.get(name) else {
-                return Err(AdminError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic `{name}` does not exist"),
-                ));
-            };
-            let mut t = (**t).clone();
-            t.configs = configs;
-            let t = Arc::new(t);
-            c.topics.insert(name.to_string(), t.clone());
-            Ok(t)
-        })
-        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
+    let meta = update_topic(ctx, name, |t, _| t.configs = configs, ctx.shared.nr_shards)?;
     let config = ctx.shared.topic_log_config(&meta.configs);
     for shard in 0..ctx.shared.nr_shards {
         call(

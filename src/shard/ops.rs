@@ -367,11 +367,22 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
     }
 }
 
+/// The local partition for `tp`, or the error code a client should see.
+async fn owned_partition(
+    ctx: &Rc<ShardCtx>,
+    tp: &TopicPartition,
+) -> Result<Rc<Partition>, ErrorCode> {
+    match ctx.partition(&tp.topic, tp.partition).await {
+        Ok(Some(p)) => Ok(p),
+        Ok(None) => Err(ErrorCode::UnknownTopicOrPartition),
+        Err(e) => Err(from_storage(&e)),
+    }
+}
+
 async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
-    let p = match ctx.partition(&part.tp.topic, part.tp.partition).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return FetchResult::error(ErrorCode::UnknownTopicOrPartition),
-        Err(e) => return FetchResult::error(from_storage(&e)),
+    let p = match owned_partition(ctx, &part.tp).await {
+        Ok(p) => p,
+        Err(e) => return FetchResult::error(e),
     };
     match p.read(part.offset, part.max_bytes).await {
         Ok(r) => FetchResult {
@@ -401,10 +412,9 @@ async fn list_offset(ctx: &Rc<ShardCtx>, tp: &TopicPartition, ts: i64) -> Offset
         timestamp: -1,
         offset: -1,
     };
-    let p = match ctx.partition(&tp.topic, tp.partition).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return err(ErrorCode::UnknownTopicOrPartition),
-        Err(e) => return err(from_storage(&e)),
+    let p = match owned_partition(ctx, tp).await {
+        Ok(p) => p,
+        Err(e) => return err(e),
     };
     let ok = |timestamp, offset| OffsetResult {
         error: None,
@@ -433,10 +443,9 @@ async fn delete_records(ctx: &Rc<ShardCtx>, tp: &TopicPartition, offset: i64) ->
         timestamp: -1,
         offset: -1,
     };
-    let p = match ctx.partition(&tp.topic, tp.partition).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return err(ErrorCode::UnknownTopicOrPartition),
-        Err(e) => return err(from_storage(&e)),
+    let p = match owned_partition(ctx, tp).await {
+        Ok(p) => p,
+        Err(e) => return err(e),
     };
     // -1 means "up to the high watermark", as in Kafka.
     let target = if offset == -1 {
