@@ -179,8 +179,13 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
                 r.records += records;
                 r.bytes += bytes;
                 r.requests += 1;
-                for (l, count) in latencies {
-                    r.record_latency(l, count, None);
+                if shared.e2e_base.is_some() {
+                    for (l, count) in latencies {
+                        r.record_latency(l, count, None);
+                    }
+                } else {
+                    // Plain consume: the latency of each Fetch round trip.
+                    r.record_latency(now.duration_since(sent).as_micros() as u64, 1, None);
                 }
             }
         }

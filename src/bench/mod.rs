@@ -59,6 +59,10 @@ pub enum BenchCommand {
         /// Where consumers start.
         #[arg(long, value_enum, default_value = "earliest")]
         from: From,
+        /// Start every partition at this offset instead (clamped to the log), e.g. to time
+        /// fetches in the middle of a large log.
+        #[arg(long)]
+        offset: Option<i64>,
     },
     /// Produce and consume at once; latency from send to receipt.
     E2e {
@@ -78,8 +82,8 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let s = run_produce(&common, &producer)?;
             (common, s)
         }
-        BenchCommand::Consume { common, consumer, from } => {
-            let s = run_consume(&common, &consumer, from)?;
+        BenchCommand::Consume { common, consumer, from, offset } => {
+            let s = run_consume(&common, &consumer, from, offset)?;
             (common, s)
         }
         BenchCommand::E2e { common, producer, consumer } => {
@@ -337,16 +341,22 @@ fn run_produce(common: &CommonArgs, p: &ProducerArgs) -> anyhow::Result<Summary>
     Ok(Summary::new("produce", common.label.clone(), &meter.totals(), "record values", duration, producer_config(common, p, produce::batch_records_for(p))))
 }
 
-fn run_consume(common: &CommonArgs, c: &ConsumerArgs, from: From) -> anyhow::Result<Summary> {
+fn run_consume(common: &CommonArgs, c: &ConsumerArgs, from: From, offset: Option<i64>) -> anyhow::Result<Summary> {
     let (mut client, topic) = prepare_topic(common, false)?;
     let groups = leader_groups(&mut client, &topic)?;
     // Without a bound, drain from `from` to the end offsets seen now; from latest there is
     // nothing to drain, so follow the log for the default duration.
     let drain = common.records.is_none() && common.duration.is_none() && from == From::Earliest;
-    let ranges = partition_ranges(&mut client, &topic, from, drain)?;
+    let mut ranges = partition_ranges(&mut client, &topic, from, drain)?;
+    if let Some(offset) = offset {
+        for r in ranges.values_mut() {
+            r.start = offset.clamp(0, r.end.unwrap_or(i64::MAX));
+        }
+    }
     let window = Window::new(common, !drain);
     let stop = Arc::new(AtomicBool::new(false));
-    let mut meter = Meter::new("consume", false);
+    // Its latency is the Fetch round trip.
+    let mut meter = Meter::new("consume", true);
     let (handles, _shared) = spawn_consumers(common, c, &groups, &ranges, &mut meter, &window, stop.clone(), None)?;
     let reporter = Reporter::start(vec![meter.clone()], None, window.measure_from)?;
     let end = supervise(handles, &stop, &window)?;
@@ -354,7 +364,8 @@ fn run_consume(common: &CommonArgs, c: &ConsumerArgs, from: From) -> anyhow::Res
     let duration = end.saturating_duration_since(window.measure_from);
     let config = serde_json::json!({
         "bootstrap": common.bootstrap, "topic": common.topic, "partitions": topic.partitions.len(),
-        "consumers": c.consumers, "from": format!("{from:?}"), "drain": drain,
+        "consumers": c.consumers, "from": format!("{from:?}"), "offset": offset, "drain": drain,
+        "latency": "fetch request round trip",
         "fetch_max_bytes": c.fetch_max_bytes, "fetch_partition_max_bytes": c.fetch_partition_max_bytes,
     });
     Ok(Summary::new("consume", common.label.clone(), &meter.totals(), "record batches", duration, config))
