@@ -126,7 +126,8 @@ def machine():
         except Exception:
             return ""
     cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
-    return f"{os.cpu_count()} CPUs ({cpu}), {sh('free -g | awk \"/Mem:/ {print \\$2}\"')} GiB RAM, kernel {platform.release()}"
+    mem = sh("free -g | awk '/Mem:/ {print $2}'")
+    return f"{os.cpu_count()} CPUs ({cpu}), {mem} GiB RAM, kernel {platform.release()}"
 
 
 def report(out, target, full, log_scaling):
@@ -224,6 +225,8 @@ def report(out, target, full, log_scaling):
         if lab.startswith("sweep-") and not r.get("failed"):
             parts = lab.split("-")
             size, acks, nparts, prods = parts[1][1:], parts[2][1:], int(parts[3][1:]), parts[4][1:]
+            if not prods.isdigit():
+                continue
             series.setdefault(f"{size} B, acks={acks}, {prods} prod", []).append((nparts, r["mb_per_sec"]))
     series = {k: sorted(v) for k, v in series.items() if len(v) > 1}
     if series and svg_chart(os.path.join(PERF, "throughput-vs-partitions.svg"), "Produce throughput vs partitions",
