@@ -15,7 +15,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 DATA_DIR="${PERF_DATA_DIR:-/var/tmp/strata-perf}"
-OUT="$ROOT/perf/out"
+OUT=""
 FULL=0; LOG_SCALING=0; BOOTSTRAP=""; SECONDS_PER_RUN=6; WARMUP=2; LIMITS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -32,6 +32,7 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
+[[ -n "$OUT" ]] || { OUT="$ROOT/perf/out"; [[ $LOG_SCALING == 1 ]] && OUT="$ROOT/perf/out-log-scaling"; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 mkdir -p "$OUT" "$DATA_DIR"
 RESULTS="$OUT/results.jsonl"; LIMITS_JSON="$OUT/limits.json"; COMMANDS="$OUT/commands.txt"
@@ -138,17 +139,19 @@ produce() { # label topic partitions size producers acks [extra...]
 log_scaling() {
   local avail_gb; avail_gb=$(df -BG --output=avail "$DATA_DIR" | tail -1 | tr -dc 0-9)
   echo "{\"label\":\"log-scaling-disk\",\"avail_gb\":$avail_gb}" >> "$RESULTS"
-  local sizes=(1)
+  local sizes=(1); : > "$OUT/scale-ends.txt"
   if (( avail_gb >= 30 )); then sizes+=(20); else
     log "only ${avail_gb} GB free: skipping the 20 GB log (needs 30 GB with headroom)"
     echo "{\"label\":\"log-scaling-skipped-20g\",\"note\":\"only ${avail_gb} GB free\"}" >> "$RESULTS"
   fi
   for gb in "${sizes[@]}"; do
     local topic="scale-${gb}g" records=$(( gb * 1000 * 1000 ))  # 1 KiB values: ~1 GB per 10^6 records
-    bench "scale-${gb}g-fill" produce --topic $topic --partitions 1 --record-size 1024 --producers 4 --acks 1 \
-      --records $records --batch-size 256
-    local end=$records
-    for where in 0 $((end / 2)) $((end - 200000)); do
+    # One producer: several connections on one partition overrun the broker's staging bound.
+    bench "scale-${gb}g-fill" produce --topic $topic --partitions 1 --record-size 1024 --producers 1 --acks 1 \
+      --records $records --batch-size 256 --max-in-flight 8
+    local end; end=$(tail -n 1 "$RESULTS" | python3 -c 'import json,sys; print(int(json.load(sys.stdin).get("records",0)))' || echo 0)
+    echo "$topic $end" >> "$OUT/scale-ends.txt"
+    for where in 0 $((end / 2)) $((end > 200000 ? end - 200000 : 0)); do
       bench "scale-${gb}g-fetch-at-$where" consume --topic $topic --offset $where --records 200000 --consumers 1
     done
   done
@@ -157,9 +160,11 @@ log_scaling() {
     start_broker "$BROKER_DATA"; local t=$STARTUP_S
     echo "{\"label\":\"scale-startup\",\"startup_s\":$t,\"logs_gb\":\"${sizes[*]}\"}" >> "$RESULTS"
     log "broker start-up with the scaling logs: $t s"
-    for gb in "${sizes[@]}"; do
-      bench "scale-${gb}g-fetch-at-0-after-restart" consume --topic scale-${gb}g --offset 0 --records 200000
-    done
+    while read -r topic end; do
+      for where in 0 $((end / 2)) $((end > 200000 ? end - 200000 : 0)); do
+        bench "$topic-after-restart-fetch-at-$where" consume --topic $topic --offset $where --records 200000 --consumers 1
+      done
+    done < "$OUT/scale-ends.txt"
     for gb in "${sizes[@]}"; do drop_topic scale-${gb}g; done
   fi
 }
@@ -211,6 +216,12 @@ else
   # Consume from disk: 2 partitions x 1.5 GiB, far beyond the tail cache.
   bench "fill-disk" produce --topic c-disk --partitions 2 --record-size 1024 --producers 4 --acks 1 --records $((3 * 1536 * 1024))
   bench "c-disk" consume --topic c-disk --consumers 2 --from earliest
+  if [[ $START_STRATA == 1 ]]; then
+    # Segments recovered at start-up read fine where this lifetime's do not (see NOTES.md):
+    # measure the disk path once more on a restarted broker.
+    stop_broker; start_broker "$BROKER_DATA"
+    bench "c-disk-after-restart" consume --topic c-disk --consumers 2 --from earliest
+  fi
   drop_topic c-disk
   # Open-loop latency at 25/50/75 % of the measured acks=all maximum (1 KiB, 16 partitions, 8 producers).
   for pct in 25 50 75; do
@@ -225,6 +236,8 @@ else
 fi
 
 stop_broker
-python3 "$ROOT/perf/report.py" report "$OUT" "$TARGET" "$FULL" "$LOG_SCALING" > "$ROOT/perf/RESULTS.md.new"
-mv "$ROOT/perf/RESULTS.md.new" "$ROOT/perf/RESULTS.md"
-log "wrote perf/RESULTS.md and charts in perf/"
+REPORT="$ROOT/perf/RESULTS.md"
+[[ $LOG_SCALING == 1 ]] && REPORT="$ROOT/perf/RESULTS-log-scaling.md"
+python3 "$ROOT/perf/report.py" report "$OUT" "$TARGET" "$FULL" "$LOG_SCALING" > "$REPORT.new"
+mv "$REPORT.new" "$REPORT"
+log "wrote $REPORT (and charts in perf/)"

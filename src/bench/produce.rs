@@ -187,7 +187,8 @@ pub struct ProduceShared {
     /// Records/s per connection (open loop), or None (closed loop).
     pub rate_per_connection: Option<f64>,
     pub measure_from: Instant,
-    /// Measured records allowed in all (`--records`).
+    /// Measured records to have acknowledged in all (`--records`); failed requests give back
+    /// their claim.
     pub budget: Option<u64>,
     pub claimed: AtomicU64,
     pub stop: Arc<AtomicBool>,
@@ -269,6 +270,8 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
     let mut frame = Vec::with_capacity(batch_pos + pool.iter().map(|b| b.bytes.len()).max().unwrap_or(0));
     let mut correlation_id: i32 = 0;
     let mut k: u64 = 0;
+    // Permits taken back from the reader while waiting out a spent budget.
+    let mut held: usize = 0;
     let result = loop {
         if shared.stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -283,18 +286,35 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
         let partition = batch
             .partition
             .unwrap_or_else(|| task.partitions[(task.index + k as usize) % task.partitions.len()]);
-        if with_responses && permit_rx.recv().is_err() {
-            break Ok(()); // the reader ended; its result says why
+        if with_responses {
+            if held > 0 {
+                held -= 1;
+            } else if permit_rx.recv().is_err() {
+                break Ok(()); // the reader ended; its result says why
+            }
         }
-        let sent = Instant::now();
+        let mut sent = Instant::now();
         let measured = sent >= shared.measure_from;
-        if measured {
-            if let Some(budget) = shared.budget {
-                if shared.claimed.fetch_add(batch.records, Ordering::Relaxed) >= budget {
-                    shared.stop.store(true, Ordering::Relaxed);
+        if let (true, Some(budget)) = (measured, shared.budget) {
+            if shared.claimed.fetch_add(batch.records, Ordering::Relaxed) >= budget {
+                shared.claimed.fetch_sub(batch.records, Ordering::Relaxed);
+                // `--records` counts acknowledged records: failed requests give their claim
+                // back. Wait for this connection's requests to finish, then look again.
+                held += 1;
+                let mut reader_gone = false;
+                while with_responses && held < shared.max_in_flight {
+                    if permit_rx.recv().is_err() {
+                        reader_gone = true;
+                        break;
+                    }
+                    held += 1;
+                }
+                if reader_gone || shared.claimed.load(Ordering::Relaxed) >= budget {
                     break Ok(());
                 }
+                continue;
             }
+            sent = Instant::now();
         }
         correlation_id = correlation_id.wrapping_add(1);
         prefix.build(&mut frame, correlation_id, partition, &batch.bytes);
@@ -361,6 +381,9 @@ fn read_responses(
         {
             let mut r = lock(recorder);
             if outcome.error_code != 0 {
+                if entry.measured && shared.budget.is_some() {
+                    shared.claimed.fetch_sub(entry.records, Ordering::Relaxed);
+                }
                 r.record_error(format!("produce: {}", crate::client::error_code_name(outcome.error_code)));
             } else {
                 shared.sent_total.fetch_add(entry.records, Ordering::Relaxed);
