@@ -208,6 +208,21 @@ def report(out, target, full, log_scaling):
         p(f"| fetch at offset 0: 20 GB log within 10% of 1 GB log | {fmt(a, 1)} MB/s | {fmt(b, 1)} MB/s | {ratio(a, b)} | {'met' if abs(a / b - 1) <= 0.1 else 'not met'} |")
     p()
 
+    scale = [r for r in rows if r.get("label", "").startswith("scale-") and "-fetch-at-" in r.get("label", "")]
+    if scale:
+        p("## Log-size scaling\n")
+        p("Fetches of 200,000 records (1 KiB values) from one partition; latency is the Fetch round trip. "
+          "`after-restart` rows were read by a broker restarted on the same data.\n")
+        p("| log | when | offset | MB/s | fetch p50 µs | fetch p99 µs | result |\n|---|---|---|---|---|---|---|")
+        for r in scale:
+            lab = r["label"]
+            size = lab.split("-")[1]
+            when = "after restart" if "after-restart" in lab else "same lifetime"
+            off = lab.rsplit("-", 1)[1]
+            l = r.get("latency_us") or {}
+            res = ("failed: " + str(r.get("error", ""))[:60]) if r.get("failed") else "ok"
+            p(f"| {size} | {when} | {off} | {fmt(r.get('mb_per_sec'), 1)} | {fmt(l.get('p50'))} | {fmt(l.get('p99'))} | {res} |")
+        p()
     p("## All runs\n")
     p("MB/s: 10^6 bytes of record values per second (produce, e2e) or of record batches (consume). "
       "Produce latency: request sent → response; consume latency: Fetch round trip; e2e: send → receipt. "
