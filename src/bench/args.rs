@@ -58,13 +58,14 @@ impl RecordSize {
 fn parse_bytes(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let lower = s.to_ascii_lowercase();
-    let (digits, multiplier) = if let Some(d) = lower.strip_suffix("kib").or(lower.strip_suffix('k')) {
-        (d, 1024)
-    } else if let Some(d) = lower.strip_suffix("mib").or(lower.strip_suffix('m')) {
-        (d, 1024 * 1024)
-    } else {
-        (lower.as_str(), 1)
-    };
+    let (digits, multiplier) =
+        if let Some(d) = lower.strip_suffix("kib").or(lower.strip_suffix('k')) {
+            (d, 1024)
+        } else if let Some(d) = lower.strip_suffix("mib").or(lower.strip_suffix('m')) {
+            (d, 1024 * 1024)
+        } else {
+            (lower.as_str(), 1)
+        };
     let n: usize = digits
         .trim()
         .parse()
@@ -79,7 +80,9 @@ impl FromStr for RecordSize {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let check = |n: usize| {
             if n > RECORD_BYTES_MAX {
-                Err(format!("record size {n} is above the maximum {RECORD_BYTES_MAX}"))
+                Err(format!(
+                    "record size {n} is above the maximum {RECORD_BYTES_MAX}"
+                ))
             } else {
                 Ok(n)
             }
@@ -135,7 +138,9 @@ impl FromStr for KeyDistribution {
                     .strip_prefix("fixed:")
                     .and_then(|n| n.parse::<usize>().ok())
                     .filter(|&n| n >= 1)
-                    .ok_or_else(|| format!("expected none, random or fixed:N (N >= 1), got {s:?}"))?;
+                    .ok_or_else(|| {
+                        format!("expected none, random or fixed:N (N >= 1), got {s:?}")
+                    })?;
                 Ok(KeyDistribution::Fixed(n))
             }
         }
@@ -259,7 +264,11 @@ pub fn default_batch_records(record_size: RecordSize) -> usize {
 /// The batch actually sent in open-loop mode: with records arriving every `1/rate` s on one
 /// connection, a batch closes after `batch_records` records or `linger` after its first one,
 /// whichever comes first; periodic arrivals make that a fixed size, so it is built once.
-pub fn effective_batch_records(batch_records: usize, rate_per_connection: Option<f64>, linger_ms: f64) -> usize {
+pub fn effective_batch_records(
+    batch_records: usize,
+    rate_per_connection: Option<f64>,
+    linger_ms: f64,
+) -> usize {
     match rate_per_connection {
         Some(rate) if rate > 0.0 => {
             // Records that arrive within the linger window, counting the first one.
@@ -282,17 +291,40 @@ mod tests {
             ("1KiB", RecordSize::Fixed(1024)),
             ("64k", RecordSize::Fixed(65536)),
             ("1m", RecordSize::Fixed(1 << 20)),
-            ("uniform:100-1000", RecordSize::Uniform { min: 100, max: 1000 }),
-            ("uniform:1k-2k", RecordSize::Uniform { min: 1024, max: 2048 }),
+            (
+                "uniform:100-1000",
+                RecordSize::Uniform {
+                    min: 100,
+                    max: 1000,
+                },
+            ),
+            (
+                "uniform:1k-2k",
+                RecordSize::Uniform {
+                    min: 1024,
+                    max: 2048,
+                },
+            ),
             ("0", RecordSize::Fixed(0)),
         ];
         for (s, want) in table {
             assert_eq!(s.parse::<RecordSize>(), Ok(want), "{s}");
         }
-        for bad in ["", "abc", "uniform:5", "uniform:10-5", "-1", "32m", "uniform:1-99m"] {
+        for bad in [
+            "",
+            "abc",
+            "uniform:5",
+            "uniform:10-5",
+            "-1",
+            "32m",
+            "uniform:1-99m",
+        ] {
             assert!(bad.parse::<RecordSize>().is_err(), "{bad:?}");
         }
-        assert_eq!("uniform:100-300".parse::<RecordSize>().map(|r| r.mean()), Ok(200.0));
+        assert_eq!(
+            "uniform:100-300".parse::<RecordSize>().map(|r| r.mean()),
+            Ok(200.0)
+        );
     }
 
     #[test]

@@ -63,7 +63,10 @@ pub struct ConsumerTask {
 }
 
 fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The e2e latency of one fetched batch, in µs: from the stamp in its first value when there
@@ -85,13 +88,20 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
     if task.ranges.is_empty() {
         return Ok(());
     }
-    let stream = TcpStream::connect(&task.addr).with_context(|| format!("connecting to {}", task.addr))?;
+    let stream =
+        TcpStream::connect(&task.addr).with_context(|| format!("connecting to {}", task.addr))?;
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(Duration::from_millis(shared.max_wait_ms.max(0) as u64 + 30_000)))?;
+    stream.set_read_timeout(Some(Duration::from_millis(
+        shared.max_wait_ms.max(0) as u64 + 30_000,
+    )))?;
     let mut writer = stream.try_clone()?;
     let mut input = BufReader::with_capacity(1 << 20, stream);
     let mut positions: Vec<FetchPosition> = Vec::with_capacity(task.ranges.len());
-    let mut offsets: Vec<(i32, i64, Option<i64>)> = task.ranges.iter().map(|r| (r.partition, r.start, r.end)).collect();
+    let mut offsets: Vec<(i32, i64, Option<i64>)> = task
+        .ranges
+        .iter()
+        .map(|r| (r.partition, r.start, r.end))
+        .collect();
     offsets.sort_unstable_by_key(|o| o.0);
     let mut request = Vec::new();
     let mut body: Vec<u8> = Vec::new();
@@ -121,9 +131,13 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
             shared.partition_max_bytes,
         );
         let sent = Instant::now();
-        writer.write_all(&request).with_context(|| format!("sending a fetch to {}", task.addr))?;
+        writer
+            .write_all(&request)
+            .with_context(|| format!("sending a fetch to {}", task.addr))?;
         let mut size = [0u8; 4];
-        input.read_exact(&mut size).with_context(|| format!("reading a fetch response from {}", task.addr))?;
+        input
+            .read_exact(&mut size)
+            .with_context(|| format!("reading a fetch response from {}", task.addr))?;
         let len = i32::from_be_bytes(size);
         let len = usize::try_from(len)
             .ok()
@@ -134,7 +148,10 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
         let now = Instant::now();
         let got_id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
         if got_id != correlation_id {
-            bail!("{}: fetch response correlation id {got_id}, expected {correlation_id}", task.addr);
+            bail!(
+                "{}: fetch response correlation id {got_id}, expected {correlation_id}",
+                task.addr
+            );
         }
         let measured = sent >= shared.measure_from;
         let mut records = 0u64;
@@ -170,7 +187,10 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
                 r.record_error(format!("fetch: {}", crate::client::error_code_name(top)));
             }
             if let Some((partition, code)) = failure {
-                r.record_error(format!("fetch partition {partition}: {}", crate::client::error_code_name(code)));
+                r.record_error(format!(
+                    "fetch partition {partition}: {}",
+                    crate::client::error_code_name(code)
+                ));
                 if code == OFFSET_OUT_OF_RANGE {
                     bail!("partition {partition}: offset out of range");
                 }

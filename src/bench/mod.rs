@@ -82,11 +82,20 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let s = run_produce(&common, &producer)?;
             (common, s)
         }
-        BenchCommand::Consume { common, consumer, from, offset } => {
+        BenchCommand::Consume {
+            common,
+            consumer,
+            from,
+            offset,
+        } => {
             let s = run_consume(&common, &consumer, from, offset)?;
             (common, s)
         }
-        BenchCommand::E2e { common, producer, consumer } => {
+        BenchCommand::E2e {
+            common,
+            producer,
+            consumer,
+        } => {
             let s = e2e::run(&common, &producer, &consumer)?;
             (common, s)
         }
@@ -98,13 +107,19 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         print!("{}", summary.text());
     }
     if summary.records == 0 && summary.errors > 0 {
-        bail!("no record succeeded; last error: {}", summary.last_error.unwrap_or_default());
+        bail!(
+            "no record succeeded; last error: {}",
+            summary.last_error.unwrap_or_default()
+        );
     }
     Ok(())
 }
 
 /// Connects and makes sure the topic exists with at least the requested partitions' metadata.
-pub(crate) fn prepare_topic(common: &CommonArgs, create: bool) -> anyhow::Result<(Client, TopicInfo)> {
+pub(crate) fn prepare_topic(
+    common: &CommonArgs,
+    create: bool,
+) -> anyhow::Result<(Client, TopicInfo)> {
     let mut client = Client::connect(ClientConfig::from_bootstrap(&common.bootstrap)?)?;
     match client.refresh_topic(&common.topic) {
         Ok(t) => return Ok((client, t)),
@@ -112,7 +127,12 @@ pub(crate) fn prepare_topic(common: &CommonArgs, create: bool) -> anyhow::Result
         Err(e) => return Err(e.into()),
     }
     client
-        .create_topic(&common.topic, common.partitions, common.replication_factor, &common.topic_configs)
+        .create_topic(
+            &common.topic,
+            common.partitions,
+            common.replication_factor,
+            &common.topic_configs,
+        )
         .with_context(|| format!("creating topic {}", common.topic))?;
     let topic = client.refresh_topic(&common.topic)?;
     Ok((client, topic))
@@ -127,7 +147,10 @@ pub(crate) struct LeaderGroup {
     pub partitions: Vec<i32>,
 }
 
-pub(crate) fn leader_groups(client: &mut Client, topic: &TopicInfo) -> anyhow::Result<Vec<LeaderGroup>> {
+pub(crate) fn leader_groups(
+    client: &mut Client,
+    topic: &TopicInfo,
+) -> anyhow::Result<Vec<LeaderGroup>> {
     let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     for p in &topic.partitions {
         if p.leader < 0 {
@@ -139,15 +162,24 @@ pub(crate) fn leader_groups(client: &mut Client, topic: &TopicInfo) -> anyhow::R
     for (leader, partitions) in by_leader {
         let conn = client.broker(leader)?;
         let addr = conn.addr().to_owned();
-        let produce_version = conn.version_for::<ProduceRequest>(Some(wire::PRODUCE_VERSION_MAX))?;
+        let produce_version =
+            conn.version_for::<ProduceRequest>(Some(wire::PRODUCE_VERSION_MAX))?;
         let fetch_version = conn.version_for::<FetchRequest>(Some(wire::FETCH_VERSION_MAX))?;
         if produce_version < wire::PRODUCE_VERSION_MIN || fetch_version < wire::FETCH_VERSION_MIN {
             bail!("broker {addr} speaks Produce v{produce_version} / Fetch v{fetch_version}; the bench needs Produce v3+ and Fetch v4+");
         }
-        groups.push(LeaderGroup { addr, produce_version, fetch_version, partitions });
+        groups.push(LeaderGroup {
+            addr,
+            produce_version,
+            fetch_version,
+            partitions,
+        });
     }
     Ok(groups)
 }
+
+/// The worker threads of one side of a run.
+pub(crate) type Workers = Vec<JoinHandle<anyhow::Result<()>>>;
 
 /// When measuring starts and (for duration runs) ends.
 pub(crate) struct Window {
@@ -158,20 +190,32 @@ pub(crate) struct Window {
 impl Window {
     pub fn new(common: &CommonArgs, default_duration: bool) -> Window {
         let measure_from = Instant::now() + Duration::from_secs_f64(common.warmup.max(0.0));
-        let duration = common.duration.or(if default_duration && common.records.is_none() {
-            Some(DURATION_DEFAULT_S)
-        } else {
-            None
-        });
-        Window { measure_from, measure_until: duration.map(|d| measure_from + Duration::from_secs_f64(d.max(0.0))) }
+        let duration = common
+            .duration
+            .or(if default_duration && common.records.is_none() {
+                Some(DURATION_DEFAULT_S)
+            } else {
+                None
+            });
+        Window {
+            measure_from,
+            measure_until: duration.map(|d| measure_from + Duration::from_secs_f64(d.max(0.0))),
+        }
     }
 }
 
 /// Waits for `handles`, setting `stop` when the window closes; returns when all are done.
-pub(crate) fn supervise(handles: Vec<JoinHandle<anyhow::Result<()>>>, stop: &AtomicBool, window: &Window) -> anyhow::Result<Instant> {
+pub(crate) fn supervise(
+    handles: Vec<JoinHandle<anyhow::Result<()>>>,
+    stop: &AtomicBool,
+    window: &Window,
+) -> anyhow::Result<Instant> {
     let mut first_err = None;
     while handles.iter().any(|h| !h.is_finished()) {
-        if window.measure_until.is_some_and(|until| Instant::now() >= until) {
+        if window
+            .measure_until
+            .is_some_and(|until| Instant::now() >= until)
+        {
             stop.store(true, Ordering::Relaxed);
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -191,7 +235,11 @@ pub(crate) fn supervise(handles: Vec<JoinHandle<anyhow::Result<()>>>, stop: &Ato
     Ok(end)
 }
 
-pub(crate) fn producer_config(common: &CommonArgs, p: &ProducerArgs, batch_records: usize) -> serde_json::Value {
+pub(crate) fn producer_config(
+    common: &CommonArgs,
+    p: &ProducerArgs,
+    batch_records: usize,
+) -> serde_json::Value {
     serde_json::json!({
         "bootstrap": common.bootstrap, "topic": common.topic, "partitions": common.partitions,
         "record_size": p.record_size.to_string(), "key_distribution": p.key_distribution.to_string(),
@@ -202,6 +250,8 @@ pub(crate) fn producer_config(common: &CommonArgs, p: &ProducerArgs, batch_recor
 }
 
 /// Spawns the producer connections; returns their handles and shared state.
+// The arguments are the run's independent settings; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn_producers(
     common: &CommonArgs,
     p: &ProducerArgs,
@@ -211,9 +261,16 @@ pub(crate) fn spawn_producers(
     window: &Window,
     stop: Arc<AtomicBool>,
     e2e_base: Option<Instant>,
-) -> anyhow::Result<(Vec<JoinHandle<anyhow::Result<()>>>, Arc<ProduceShared>)> {
+) -> anyhow::Result<(Workers, Arc<ProduceShared>)> {
     let batch_records = produce::batch_records_for(p);
-    let pool = produce::build_pool(p.record_size, p.key_distribution, batch_records, p.compression.into(), partitions, 0x5eed)?;
+    let pool = produce::build_pool(
+        p.record_size,
+        p.key_distribution,
+        batch_records,
+        p.compression.into(),
+        partitions,
+        0x5eed,
+    )?;
     let shared = Arc::new(ProduceShared {
         topic: common.topic.clone(),
         client_id: CLIENT_ID.to_owned(),
@@ -250,6 +307,7 @@ pub(crate) fn spawn_producers(
 }
 
 /// Spawns the consumer connections over the ranges given per partition.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn_consumers(
     common: &CommonArgs,
     c: &ConsumerArgs,
@@ -259,7 +317,7 @@ pub(crate) fn spawn_consumers(
     window: &Window,
     stop: Arc<AtomicBool>,
     e2e_base: Option<Instant>,
-) -> anyhow::Result<(Vec<JoinHandle<anyhow::Result<()>>>, Arc<ConsumeShared>)> {
+) -> anyhow::Result<(Workers, Arc<ConsumeShared>)> {
     let shared = Arc::new(ConsumeShared {
         topic: common.topic.clone(),
         client_id: CLIENT_ID.to_owned(),
@@ -267,7 +325,11 @@ pub(crate) fn spawn_consumers(
         max_bytes: c.fetch_max_bytes,
         partition_max_bytes: c.fetch_partition_max_bytes,
         measure_from: window.measure_from,
-        budget: if e2e_base.is_some() { None } else { common.records },
+        budget: if e2e_base.is_some() {
+            None
+        } else {
+            common.records
+        },
         consumed: AtomicU64::new(0),
         consumed_total: Arc::new(AtomicU64::new(0)),
         stop,
@@ -305,16 +367,31 @@ pub(crate) fn spawn_consumers(
 }
 
 /// Start (and, when draining, end) offsets of every partition.
-pub(crate) fn partition_ranges(client: &mut Client, topic: &TopicInfo, from: From, drain: bool) -> anyhow::Result<BTreeMap<i32, PartitionRange>> {
+pub(crate) fn partition_ranges(
+    client: &mut Client,
+    topic: &TopicInfo,
+    from: From,
+    drain: bool,
+) -> anyhow::Result<BTreeMap<i32, PartitionRange>> {
     let ids: Vec<i32> = topic.partitions.iter().map(|p| p.partition).collect();
     let latest: BTreeMap<i32, i64> = client
-        .list_offsets(&topic.name, &ids.iter().map(|&p| (p, OffsetSpec::Latest)).collect::<Vec<_>>())?
+        .list_offsets(
+            &topic.name,
+            &ids.iter()
+                .map(|&p| (p, OffsetSpec::Latest))
+                .collect::<Vec<_>>(),
+        )?
         .into_iter()
         .collect();
     let start: BTreeMap<i32, i64> = match from {
         From::Latest => latest.clone(),
         From::Earliest => client
-            .list_offsets(&topic.name, &ids.iter().map(|&p| (p, OffsetSpec::Earliest)).collect::<Vec<_>>())?
+            .list_offsets(
+                &topic.name,
+                &ids.iter()
+                    .map(|&p| (p, OffsetSpec::Earliest))
+                    .collect::<Vec<_>>(),
+            )?
             .into_iter()
             .collect(),
     };
@@ -322,7 +399,14 @@ pub(crate) fn partition_ranges(client: &mut Client, topic: &TopicInfo, from: Fro
         .iter()
         .map(|&p| {
             let s = start.get(&p).copied().unwrap_or(0).max(0);
-            (p, PartitionRange { partition: p, start: s, end: if drain { latest.get(&p).copied() } else { None } })
+            (
+                p,
+                PartitionRange {
+                    partition: p,
+                    start: s,
+                    end: if drain { latest.get(&p).copied() } else { None },
+                },
+            )
         })
         .collect())
 }
@@ -333,15 +417,40 @@ fn run_produce(common: &CommonArgs, p: &ProducerArgs) -> anyhow::Result<Summary>
     let window = Window::new(common, true);
     let stop = Arc::new(AtomicBool::new(false));
     let mut meter = Meter::new("produce", p.acks != crate::cli::AcksArg::None);
-    let (handles, _shared) = spawn_producers(common, p, &groups, topic.partitions.len() as i32, &mut meter, &window, stop.clone(), None)?;
-    let reporter = Reporter::start(vec![meter.clone()], common.histogram_log.clone(), window.measure_from)?;
+    let (handles, _shared) = spawn_producers(
+        common,
+        p,
+        &groups,
+        topic.partitions.len() as i32,
+        &mut meter,
+        &window,
+        stop.clone(),
+        None,
+    )?;
+    let reporter = Reporter::start(
+        vec![meter.clone()],
+        common.histogram_log.clone(),
+        window.measure_from,
+    )?;
     let end = supervise(handles, &stop, &window)?;
     reporter.finish()?;
     let duration = end.saturating_duration_since(window.measure_from);
-    Ok(Summary::new("produce", common.label.clone(), &meter.totals(), "record values", duration, producer_config(common, p, produce::batch_records_for(p))))
+    Ok(Summary::new(
+        "produce",
+        common.label.clone(),
+        &meter.totals(),
+        "record values",
+        duration,
+        producer_config(common, p, produce::batch_records_for(p)),
+    ))
 }
 
-fn run_consume(common: &CommonArgs, c: &ConsumerArgs, from: From, offset: Option<i64>) -> anyhow::Result<Summary> {
+fn run_consume(
+    common: &CommonArgs,
+    c: &ConsumerArgs,
+    from: From,
+    offset: Option<i64>,
+) -> anyhow::Result<Summary> {
     let (mut client, topic) = prepare_topic(common, false)?;
     let groups = leader_groups(&mut client, &topic)?;
     // Without a bound, drain from `from` to the end offsets seen now; from latest there is
@@ -357,8 +466,21 @@ fn run_consume(common: &CommonArgs, c: &ConsumerArgs, from: From, offset: Option
     let stop = Arc::new(AtomicBool::new(false));
     // Its latency is the Fetch round trip.
     let mut meter = Meter::new("consume", true);
-    let (handles, _shared) = spawn_consumers(common, c, &groups, &ranges, &mut meter, &window, stop.clone(), None)?;
-    let reporter = Reporter::start(vec![meter.clone()], None, window.measure_from)?;
+    let (handles, _shared) = spawn_consumers(
+        common,
+        c,
+        &groups,
+        &ranges,
+        &mut meter,
+        &window,
+        stop.clone(),
+        None,
+    )?;
+    let reporter = Reporter::start(
+        vec![meter.clone()],
+        common.histogram_log.clone(),
+        window.measure_from,
+    )?;
     let end = supervise(handles, &stop, &window)?;
     reporter.finish()?;
     let duration = end.saturating_duration_since(window.measure_from);
@@ -368,5 +490,12 @@ fn run_consume(common: &CommonArgs, c: &ConsumerArgs, from: From, offset: Option
         "latency": "fetch request round trip",
         "fetch_max_bytes": c.fetch_max_bytes, "fetch_partition_max_bytes": c.fetch_partition_max_bytes,
     });
-    Ok(Summary::new("consume", common.label.clone(), &meter.totals(), "record batches", duration, config))
+    Ok(Summary::new(
+        "consume",
+        common.label.clone(),
+        &meter.totals(),
+        "record batches",
+        duration,
+        config,
+    ))
 }

@@ -23,7 +23,8 @@ use kafka_protocol::records::Compression;
 use rand::{Rng, SeedableRng};
 
 use super::args::{
-    default_batch_records, effective_batch_records, KeyDistribution, ProducerArgs, RecordSize, RANDOM_KEY_BYTES,
+    default_batch_records, effective_batch_records, KeyDistribution, ProducerArgs, RecordSize,
+    RANDOM_KEY_BYTES,
 };
 use super::report::{lock, SharedRecorder};
 use super::wire::{self, ProducePrefix};
@@ -87,7 +88,11 @@ fn now_ms() -> i64 {
 
 fn fill_value(rng: &mut impl Rng, n: usize) -> Bytes {
     // Random capital letters, like Kafka's producer-perf-test: compressible but not trivially.
-    Bytes::from((0..n).map(|_| rng.gen_range(b'A'..=b'Z')).collect::<Vec<u8>>())
+    Bytes::from(
+        (0..n)
+            .map(|_| rng.gen_range(b'A'..=b'Z'))
+            .collect::<Vec<u8>>(),
+    )
 }
 
 /// Builds the pool of batches for `partitions` partitions.
@@ -101,7 +106,9 @@ pub fn build_pool(
 ) -> anyhow::Result<Vec<PoolBatch>> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let timestamp_ms = now_ms();
-    let make = |rng: &mut rand::rngs::StdRng, key_for: &mut dyn FnMut(&mut rand::rngs::StdRng, usize) -> Option<Bytes>, partition| {
+    let make = |rng: &mut rand::rngs::StdRng,
+                key_for: &mut dyn FnMut(&mut rand::rngs::StdRng, usize) -> Option<Bytes>,
+                partition| {
         let records: Vec<ProduceRecord> = (0..batch_records)
             .map(|i| {
                 let size = record_size.sample(rng);
@@ -113,7 +120,10 @@ pub fn build_pool(
                 }
             })
             .collect();
-        let value_bytes = records.iter().map(|r| r.value.as_ref().map_or(0, Bytes::len) as u64).sum();
+        let value_bytes = records
+            .iter()
+            .map(|r| r.value.as_ref().map_or(0, Bytes::len) as u64)
+            .sum();
         let bytes = encode_batch(&records, compression)?;
         let value_pos = wire::first_value_position(&bytes, E2E_STAMP_BYTES);
         anyhow::Ok(PoolBatch {
@@ -139,19 +149,29 @@ pub fn build_pool(
             let mut by_partition: std::collections::BTreeMap<i32, Vec<Bytes>> = Default::default();
             for j in 0..n {
                 let key = Bytes::from(format!("key-{j}"));
-                by_partition.entry(partition_for_key(&key, partitions)).or_default().push(key);
+                by_partition
+                    .entry(partition_for_key(&key, partitions))
+                    .or_default()
+                    .push(key);
             }
             for (p, keys) in by_partition {
-                let mut key_for = |_: &mut rand::rngs::StdRng, i: usize| Some(keys[i % keys.len()].clone());
+                let mut key_for =
+                    |_: &mut rand::rngs::StdRng, i: usize| Some(keys[i % keys.len()].clone());
                 let b = make(&mut rng, &mut key_for, Some(p))?;
                 push(b, &mut pool)?;
             }
         }
         KeyDistribution::None | KeyDistribution::Random => {
-            let shapes = if record_size.is_fixed() && keys == KeyDistribution::None { 1 } else { POOL_SHAPES };
+            let shapes = if record_size.is_fixed() && keys == KeyDistribution::None {
+                1
+            } else {
+                POOL_SHAPES
+            };
             for _ in 0..shapes {
                 let mut key_for = |rng: &mut rand::rngs::StdRng, _: usize| match keys {
-                    KeyDistribution::Random => Some(Bytes::from(rng.gen::<[u8; RANDOM_KEY_BYTES]>().to_vec())),
+                    KeyDistribution::Random => {
+                        Some(Bytes::from(rng.gen::<[u8; RANDOM_KEY_BYTES]>().to_vec()))
+                    }
                     _ => None,
                 };
                 let b = make(&mut rng, &mut key_for, None)?;
@@ -165,7 +185,13 @@ pub fn build_pool(
 /// Stamps an e2e send time into a request frame whose batch starts at `batch_pos`: the first
 /// value's first 8 bytes get `stamp_ns`, the batch timestamps get `wall_ms`, and the CRC is
 /// recomputed.
-pub fn stamp_batch(frame: &mut [u8], batch_pos: usize, value_pos: Option<usize>, stamp_ns: u64, wall_ms: i64) {
+pub fn stamp_batch(
+    frame: &mut [u8],
+    batch_pos: usize,
+    value_pos: Option<usize>,
+    stamp_ns: u64,
+    wall_ms: i64,
+) {
     let batch = &mut frame[batch_pos..];
     if let Some(pos) = value_pos {
         batch[pos..pos + E2E_STAMP_BYTES].copy_from_slice(&stamp_ns.to_be_bytes());
@@ -225,10 +251,17 @@ fn acks_code(a: AcksArg) -> i16 {
 
 /// Runs one producer connection until stopped or out of budget.
 pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::Result<()> {
-    let stream = TcpStream::connect(&task.addr).with_context(|| format!("connecting to {}", task.addr))?;
+    let stream =
+        TcpStream::connect(&task.addr).with_context(|| format!("connecting to {}", task.addr))?;
     stream.set_nodelay(true)?;
     let mut writer = stream.try_clone()?;
-    let prefix = ProducePrefix::new(task.version, &shared.client_id, &shared.topic, acks_code(shared.acks), shared.timeout_ms);
+    let prefix = ProducePrefix::new(
+        task.version,
+        &shared.client_id,
+        &shared.topic,
+        acks_code(shared.acks),
+        shared.timeout_ms,
+    );
     // Partitions this connection may write: with fixed keys only those its keys hash to.
     let pool: Vec<&PoolBatch> = shared
         .pool
@@ -256,7 +289,17 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
         Some(
             std::thread::Builder::new()
                 .name(format!("bench-prod-rd-{}", task.index))
-                .spawn(move || read_responses(stream, version, inflight_rx, permit_tx, &recorder, &shared, expected_interval_us))?,
+                .spawn(move || {
+                    read_responses(
+                        stream,
+                        version,
+                        inflight_rx,
+                        permit_tx,
+                        &recorder,
+                        &shared,
+                        expected_interval_us,
+                    )
+                })?,
         )
     } else {
         drop((inflight_rx, permit_tx));
@@ -267,7 +310,8 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
         prefix.build(&mut probe, 0, 0, &[]);
         probe.len()
     };
-    let mut frame = Vec::with_capacity(batch_pos + pool.iter().map(|b| b.bytes.len()).max().unwrap_or(0));
+    let mut frame =
+        Vec::with_capacity(batch_pos + pool.iter().map(|b| b.bytes.len()).max().unwrap_or(0));
     let mut correlation_id: i32 = 0;
     let mut k: u64 = 0;
     // Permits taken back from the reader while waiting out a spent budget.
@@ -319,7 +363,13 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
         correlation_id = correlation_id.wrapping_add(1);
         prefix.build(&mut frame, correlation_id, partition, &batch.bytes);
         if let Some(base) = shared.e2e_base {
-            stamp_batch(&mut frame, batch_pos, batch.value_pos, sent.duration_since(base).as_nanos() as u64, now_ms());
+            stamp_batch(
+                &mut frame,
+                batch_pos,
+                batch.value_pos,
+                sent.duration_since(base).as_nanos() as u64,
+                now_ms(),
+            );
         }
         if with_responses {
             let _ = inflight_tx.send(InFlight {
@@ -334,7 +384,9 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
             break Err(anyhow!("writing to {}: {e}", task.addr));
         }
         if !with_responses {
-            shared.sent_total.fetch_add(batch.records, Ordering::Relaxed);
+            shared
+                .sent_total
+                .fetch_add(batch.records, Ordering::Relaxed);
             if measured {
                 let mut r = lock(&task.recorder);
                 r.records += batch.records;
@@ -361,21 +413,34 @@ fn read_responses(
     shared: &ProduceShared,
     expected_interval_us: Option<u64>,
 ) -> anyhow::Result<()> {
-    let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    stream.set_read_timeout(Some(Duration::from_millis(shared.timeout_ms.max(0) as u64 + 30_000)))?;
+    let addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    stream.set_read_timeout(Some(Duration::from_millis(
+        shared.timeout_ms.max(0) as u64 + 30_000,
+    )))?;
     let mut input = BufReader::with_capacity(256 * 1024, stream);
     let mut body = Vec::with_capacity(4096);
     while let Ok(entry) = inflight.recv() {
         let mut size = [0u8; 4];
-        input.read_exact(&mut size).with_context(|| format!("reading a produce response from {addr}"))?;
+        input
+            .read_exact(&mut size)
+            .with_context(|| format!("reading a produce response from {addr}"))?;
         let len = i32::from_be_bytes(size);
-        let len = usize::try_from(len).ok().filter(|&l| (4..=RESPONSE_BYTES_MAX).contains(&l)).ok_or_else(|| anyhow!("bad response size {len} from {addr}"))?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| (4..=RESPONSE_BYTES_MAX).contains(&l))
+            .ok_or_else(|| anyhow!("bad response size {len} from {addr}"))?;
         body.resize(len, 0);
         input.read_exact(&mut body)?;
         let now = Instant::now();
         let correlation_id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
         if correlation_id != entry.correlation_id {
-            bail!("{addr}: response correlation id {correlation_id}, expected {}", entry.correlation_id);
+            bail!(
+                "{addr}: response correlation id {correlation_id}, expected {}",
+                entry.correlation_id
+            );
         }
         let outcome = wire::parse_produce_response(&body[4..], version)?;
         {
@@ -384,14 +449,23 @@ fn read_responses(
                 if entry.measured && shared.budget.is_some() {
                     shared.claimed.fetch_sub(entry.records, Ordering::Relaxed);
                 }
-                r.record_error(format!("produce: {}", crate::client::error_code_name(outcome.error_code)));
+                r.record_error(format!(
+                    "produce: {}",
+                    crate::client::error_code_name(outcome.error_code)
+                ));
             } else {
-                shared.sent_total.fetch_add(entry.records, Ordering::Relaxed);
+                shared
+                    .sent_total
+                    .fetch_add(entry.records, Ordering::Relaxed);
                 if entry.measured {
                     r.records += entry.records;
                     r.bytes += entry.value_bytes;
                     r.requests += 1;
-                    r.record_latency(now.duration_since(entry.sent).as_micros() as u64, 1, expected_interval_us);
+                    r.record_latency(
+                        now.duration_since(entry.sent).as_micros() as u64,
+                        1,
+                        expected_interval_us,
+                    );
                 }
             }
         }
@@ -402,8 +476,14 @@ fn read_responses(
 
 /// The batch size a run uses, from the arguments and the per-connection rate.
 pub fn batch_records_for(args: &ProducerArgs) -> usize {
-    let configured = args.batch_size.map_or_else(|| default_batch_records(args.record_size), |b| b as usize);
-    effective_batch_records(configured, args.rate.map(|r| r / args.producers as f64), args.linger_ms)
+    let configured = args
+        .batch_size
+        .map_or_else(|| default_batch_records(args.record_size), |b| b as usize);
+    effective_batch_records(
+        configured,
+        args.rate.map(|r| r / args.producers as f64),
+        args.linger_ms,
+    )
 }
 
 #[cfg(test)]
@@ -427,14 +507,40 @@ mod tests {
     fn pool_batches_are_valid_and_fixed_keys_stay_in_their_partition() {
         // Proves pre-built batches pass the broker's own validation, count their values, and
         // that fixed keys give one batch per partition their hash reaches.
-        let pool = build_pool(RecordSize::Fixed(100), KeyDistribution::None, 10, Compression::None, 4, 1).expect("pool");
+        let pool = build_pool(
+            RecordSize::Fixed(100),
+            KeyDistribution::None,
+            10,
+            Compression::None,
+            4,
+            1,
+        )
+        .expect("pool");
         assert_eq!(pool.len(), 1);
         assert_eq!(pool[0].value_bytes, 1000);
         validate(&pool[0].bytes).expect("valid");
-        let pool = build_pool(RecordSize::Uniform { min: 10, max: 20 }, KeyDistribution::Random, 5, Compression::Lz4, 4, 1).expect("pool");
+        let pool = build_pool(
+            RecordSize::Uniform { min: 10, max: 20 },
+            KeyDistribution::Random,
+            5,
+            Compression::Lz4,
+            4,
+            1,
+        )
+        .expect("pool");
         assert_eq!(pool.len(), POOL_SHAPES);
-        assert!(pool.iter().all(|b| validate(&b.bytes).is_ok() && (50..=100).contains(&b.value_bytes) && b.value_pos.is_none()));
-        let pool = build_pool(RecordSize::Fixed(8), KeyDistribution::Fixed(3), 4, Compression::None, 100, 1).expect("pool");
+        assert!(pool.iter().all(|b| validate(&b.bytes).is_ok()
+            && (50..=100).contains(&b.value_bytes)
+            && b.value_pos.is_none()));
+        let pool = build_pool(
+            RecordSize::Fixed(8),
+            KeyDistribution::Fixed(3),
+            4,
+            Compression::None,
+            100,
+            1,
+        )
+        .expect("pool");
         let parts: Vec<i32> = pool.iter().filter_map(|b| b.partition).collect();
         assert!(!parts.is_empty() && parts.len() <= 3);
         for j in 0..3 {
@@ -445,7 +551,15 @@ mod tests {
     #[test]
     fn stamped_batches_keep_a_valid_crc_and_carry_the_stamp() {
         // Proves e2e stamping rewrites the first value and timestamps and the CRC still holds.
-        let pool = build_pool(RecordSize::Fixed(16), KeyDistribution::None, 3, Compression::None, 1, 1).expect("pool");
+        let pool = build_pool(
+            RecordSize::Fixed(16),
+            KeyDistribution::None,
+            3,
+            Compression::None,
+            1,
+            1,
+        )
+        .expect("pool");
         let b = &pool[0];
         let prefix = ProducePrefix::new(8, "c", "t", 1, 100);
         let mut frame = Vec::new();

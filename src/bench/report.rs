@@ -63,7 +63,12 @@ impl Default for Recorder {
 impl Recorder {
     /// Records `count` samples of `latency_us`; with `expected_interval_us` (open loop), also
     /// the samples coordinated omission hid.
-    pub fn record_latency(&mut self, latency_us: u64, count: u64, expected_interval_us: Option<u64>) {
+    pub fn record_latency(
+        &mut self,
+        latency_us: u64,
+        count: u64,
+        expected_interval_us: Option<u64>,
+    ) {
         let value = latency_us.clamp(1, LATENCY_US_MAX);
         let count = count.max(1);
         for h in [&mut self.total, &mut self.interval] {
@@ -291,10 +296,17 @@ pub struct Reporter {
 
 impl Reporter {
     /// Starts reporting `meters` (the first one drives the progress line's rate).
-    pub fn start(meters: Vec<Meter>, log: Option<PathBuf>, measure_from: Instant) -> anyhow::Result<Reporter> {
+    pub fn start(
+        meters: Vec<Meter>,
+        log: Option<PathBuf>,
+        measure_from: Instant,
+    ) -> anyhow::Result<Reporter> {
         let stop = Arc::new(AtomicBool::new(false));
         let file = match &log {
-            Some(path) => Some(File::create(path).map_err(|e| anyhow::anyhow!("creating {}: {e}", path.display()))?),
+            Some(path) => Some(
+                File::create(path)
+                    .map_err(|e| anyhow::anyhow!("creating {}: {e}", path.display()))?,
+            ),
             None => None,
         };
         let stop_flag = stop.clone();
@@ -311,7 +323,9 @@ impl Reporter {
     pub fn finish(mut self) -> anyhow::Result<()> {
         self.stop.store(true, Ordering::Release);
         match self.handle.take() {
-            Some(h) => h.join().map_err(|_| anyhow::anyhow!("reporter thread panicked"))?,
+            Some(h) => h
+                .join()
+                .map_err(|_| anyhow::anyhow!("reporter thread panicked"))?,
             None => Ok(()),
         }
     }
@@ -431,8 +445,16 @@ mod tests {
                 r.record_latency(v, 1, None);
             }
         }
-        let s = Summary::new("produce", "x".into(), &meter.totals(), "values", Duration::from_secs(2), serde_json::json!({}));
-        let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&s).expect("json")).expect("parse");
+        let s = Summary::new(
+            "produce",
+            "x".into(),
+            &meter.totals(),
+            "values",
+            Duration::from_secs(2),
+            serde_json::json!({}),
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&s).expect("json")).expect("parse");
         assert_eq!(v["records"], 2000);
         assert_eq!(v["records_per_sec"], 1000.0);
         assert_eq!(v["mb_per_sec"], 2.0);
@@ -457,7 +479,9 @@ mod tests {
         let text = std::fs::read(&path).expect("read");
         let mut n = 0;
         for item in hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&text) {
-            if let hdrhistogram::serialization::interval_log::LogEntry::Interval(h) = item.expect("entry") {
+            if let hdrhistogram::serialization::interval_log::LogEntry::Interval(h) =
+                item.expect("entry")
+            {
                 assert_eq!(h.tag().map(|t| t.as_str()), Some("produce"));
                 n += 1;
             }

@@ -42,12 +42,14 @@ impl<'a> Cursor<'a> {
         Cursor { buf, pos: 0 }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(
-            WireError::Truncated {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(WireError::Truncated {
                 at: self.pos,
                 need: n,
-            },
-        )?;
+            })?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -318,7 +320,11 @@ pub struct BatchTally {
 /// Counts records from batch headers only (`recordsCount`), never decoding records. A trailing
 /// partial batch (the broker cuts at `partition_max_bytes`) is ignored. `each` sees every
 /// counted batch (for e2e timestamps).
-pub fn tally_batches(records: &[u8], fetch_offset: i64, mut each: impl FnMut(&[u8], u64)) -> BatchTally {
+pub fn tally_batches(
+    records: &[u8],
+    fetch_offset: i64,
+    mut each: impl FnMut(&[u8], u64),
+) -> BatchTally {
     let mut tally = BatchTally::default();
     let mut rest = records;
     while rest.len() >= BATCH_HEADER_LEN {
@@ -380,9 +386,15 @@ mod tests {
     use crate::client::records::{encode_batch, ProduceRecord};
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-    use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-    use kafka_protocol::messages::{FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName};
-    use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable, StrBytes};
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    use kafka_protocol::messages::{
+        FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+    };
+    use kafka_protocol::protocol::{
+        decode_request_header_from_buffer, Decodable, Encodable, StrBytes,
+    };
     use kafka_protocol::records::Compression;
 
     fn batch(n: usize, value: &[u8], key: Option<&[u8]>) -> Bytes {
@@ -427,12 +439,28 @@ mod tests {
     fn fetch_frames_decode_with_kafka_protocol() {
         // Proves the hand-built Fetch v4..=11 frame decodes to the same positions and limits.
         let positions = [
-            FetchPosition { partition: 0, offset: 10 },
-            FetchPosition { partition: 7, offset: 0 },
+            FetchPosition {
+                partition: 0,
+                offset: 10,
+            },
+            FetchPosition {
+                partition: 7,
+                offset: 0,
+            },
         ];
         for version in FETCH_VERSION_MIN..=FETCH_VERSION_MAX {
             let mut frame = Vec::new();
-            build_fetch(&mut frame, version, 9, "bench", "t", &positions, 100, 1 << 20, 4096);
+            build_fetch(
+                &mut frame,
+                version,
+                9,
+                "bench",
+                "t",
+                &positions,
+                100,
+                1 << 20,
+                4096,
+            );
             let mut body = Bytes::copy_from_slice(&frame[4..]);
             let header = decode_request_header_from_buffer(&mut body).expect("header");
             assert_eq!(header.correlation_id, 9);
@@ -453,30 +481,56 @@ mod tests {
         // Proves the response walkers read kafka-protocol-encoded responses: error codes, base
         // offsets, high watermarks and the records slice of each partition.
         for version in PRODUCE_VERSION_MIN..=PRODUCE_VERSION_MAX {
-            let resp = ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
-                .with_name(TopicName(StrBytes::from_static_str("t")))
-                .with_partition_responses(vec![
-                    PartitionProduceResponse::default().with_index(0).with_base_offset(42),
-                    PartitionProduceResponse::default().with_index(1).with_error_code(6).with_base_offset(-1),
-                ])]);
+            let resp =
+                ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+                    .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_partition_responses(vec![
+                        PartitionProduceResponse::default()
+                            .with_index(0)
+                            .with_base_offset(42),
+                        PartitionProduceResponse::default()
+                            .with_index(1)
+                            .with_error_code(6)
+                            .with_base_offset(-1),
+                    ])]);
             let mut buf = BytesMut::new();
             resp.encode(&mut buf, version).expect("encode");
             let outcome = parse_produce_response(&buf, version).expect("parse");
-            assert_eq!(outcome, ProduceOutcome { error_code: 6, base_offset: -1 }, "v{version}");
+            assert_eq!(
+                outcome,
+                ProduceOutcome {
+                    error_code: 6,
+                    base_offset: -1
+                },
+                "v{version}"
+            );
         }
         let records = batch(4, b"v", None);
         for version in FETCH_VERSION_MIN..=FETCH_VERSION_MAX {
-            let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
-                .with_topic(TopicName(StrBytes::from_static_str("t")))
-                .with_partitions(vec![
-                    PartitionData::default().with_partition_index(3).with_high_watermark(99).with_records(Some(records.clone())),
-                    PartitionData::default().with_partition_index(4).with_error_code(1),
-                ])]);
+            let resp =
+                FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("t")))
+                    .with_partitions(vec![
+                        PartitionData::default()
+                            .with_partition_index(3)
+                            .with_high_watermark(99)
+                            .with_records(Some(records.clone())),
+                        PartitionData::default()
+                            .with_partition_index(4)
+                            .with_error_code(1),
+                    ])]);
             let mut buf = BytesMut::new();
             resp.encode(&mut buf, version).expect("encode");
             let mut seen = Vec::new();
-            parse_fetch_response(&buf, version, |p| seen.push((p.partition, p.error_code, p.high_watermark, p.records.len()))).expect("parse");
-            assert_eq!(seen, vec![(3, 0, 99, records.len()), (4, 1, 0, 0)], "v{version}");
+            parse_fetch_response(&buf, version, |p| {
+                seen.push((p.partition, p.error_code, p.high_watermark, p.records.len()))
+            })
+            .expect("parse");
+            assert_eq!(
+                seen,
+                vec![(3, 0, 99, records.len()), (4, 1, 0, 0)],
+                "v{version}"
+            );
         }
     }
 
@@ -492,10 +546,20 @@ mod tests {
         all.extend_from_slice(&b2);
         all.extend_from_slice(&b2[..20]);
         let t = tally_batches(&all, 0, |_, _| {});
-        assert_eq!(t, BatchTally { records: 8, bytes: (a.len() + b2.len()) as u64, next_offset: Some(8) });
+        assert_eq!(
+            t,
+            BatchTally {
+                records: 8,
+                bytes: (a.len() + b2.len()) as u64,
+                next_offset: Some(8)
+            }
+        );
         let t = tally_batches(&all, 3, |_, _| {});
         assert_eq!((t.records, t.next_offset), (5, Some(8)));
-        assert_eq!(tally_batches(&all[..30], 0, |_, _| {}), BatchTally::default());
+        assert_eq!(
+            tally_batches(&all[..30], 0, |_, _| {}),
+            BatchTally::default()
+        );
     }
 
     #[test]
@@ -508,7 +572,10 @@ mod tests {
             assert_eq!(&b[pos..pos + 10], b"0123456789");
             assert_eq!(first_value_position(&b, 11), None);
         }
-        let records = vec![ProduceRecord { value: Some(Bytes::from_static(b"0123456789")), ..Default::default() }];
+        let records = vec![ProduceRecord {
+            value: Some(Bytes::from_static(b"0123456789")),
+            ..Default::default()
+        }];
         let z = encode_batch(&records, Compression::Gzip).expect("gzip");
         assert_eq!(first_value_position(&z, 8), None);
     }
