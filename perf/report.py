@@ -7,6 +7,8 @@
 import json, math, os, platform, statistics, subprocess, sys, time
 
 PERF = os.path.dirname(os.path.abspath(__file__))
+# Where charts go (next to the report): perf/ unless run.sh was given --out.
+CHARTS = os.environ.get("PERF_CHART_DIR", PERF)
 
 
 def load(path, default=None):
@@ -67,6 +69,12 @@ def fmt(x, nd=0):
     if isinstance(x, float):
         return f"{x:,.{nd}f}"
     return f"{x:,}"
+
+
+def verdict(ok, limit):
+    if not limit:
+        return "no limit measured"
+    return "met" if ok else "not met"
 
 
 def ratio(x, limit):
@@ -173,8 +181,7 @@ def report(out, target, full, log_scaling):
     best = max(acksall, key=lambda r: r["mb_per_sec"], default=None)
     if best:
         v = best["mb_per_sec"]
-        ok = W and v >= 0.8 * W
-        p(f"| produce 1 KiB acks=all ≥ 80% of fio write | {fmt(v, 1)} MB/s ({best['label']}) | {fmt(W, 1)} MB/s | {ratio(v, W)} | {'met' if ok else 'not met'} |")
+        p(f"| produce 1 KiB acks=all ≥ 80% of fio write | {fmt(v, 1)} MB/s ({best['label']}) | {fmt(W, 1)} MB/s | {ratio(v, W)} | {verdict(W and v >= 0.8 * W, W)} |")
     v = get("p-100B-acks1-p16-x8", "records_per_sec")
     if v is not None:
         p(f"| produce 100 B acks=1 ≥ 1,000,000 rec/s | {fmt(v)} rec/s | 1,000,000 rec/s | {ratio(v, 1e6)} | {'met' if v >= 1e6 else 'not met'} |")
@@ -188,19 +195,18 @@ def report(out, target, full, log_scaling):
         v = get("c-disk")
         if v is None and get("c-disk-after-restart") is not None:
             v = get("c-disk-after-restart")
-            p(f"| consume from disk ≥ 80% of fio read (after a broker restart; before it: {by['c-disk'].get('error', '')[:80]}) | {fmt(v, 1)} MB/s | {fmt(Rd, 1)} MB/s | {ratio(v, Rd)} | {'met' if Rd and v >= 0.8 * Rd else 'not met'} |")
+            p(f"| consume from disk ≥ 80% of fio read (after a broker restart; before it: {by['c-disk'].get('error', '')[:80]}) | {fmt(v, 1)} MB/s | {fmt(Rd, 1)} MB/s | {ratio(v, Rd)} | {verdict(Rd and v >= 0.8 * Rd, Rd)} |")
             v = "done"
         if v == "done":
             pass
         elif v is None:
             p(f"| consume from disk ≥ 80% of fio read | failed: {by['c-disk'].get('error', '')[:160]} | {fmt(Rd, 1)} MB/s | — | not met |")
         else:
-            p(f"| consume from disk ≥ 80% of fio read | {fmt(v, 1)} MB/s | {fmt(Rd, 1)} MB/s | {ratio(v, Rd)} | {'met' if Rd and v >= 0.8 * Rd else 'not met'} |")
+            p(f"| consume from disk ≥ 80% of fio read | {fmt(v, 1)} MB/s | {fmt(Rd, 1)} MB/s | {ratio(v, Rd)} | {verdict(Rd and v >= 0.8 * Rd, Rd)} |")
     ol = by.get("ol-50-acksall")
     if ol and not ol.get("failed") and ol.get("latency_us"):
         v, f = ol["latency_us"]["p99"], lim.get("fdatasync_p99_us")
-        ok = f and v <= 2 * f
-        p(f"| produce p99 at 50% load, acks=all ≤ 2× fdatasync p99 | {fmt(v)} µs | 2 × {fmt(f, 1)} µs | {ratio(v, f)} of fdatasync p99 | {'met' if ok else 'not met'} |")
+        p(f"| produce p99 at 50% load, acks=all ≤ 2× fdatasync p99 | {fmt(v)} µs | 2 × {fmt(f, 1)} µs | {ratio(v, f)} of fdatasync p99 | {verdict(f and v <= 2 * f, f)} |")
     a, b = get("scale-20g-fetch-at-0"), get("scale-1g-fetch-at-0")
     if not (a and b):
         a, b = get("scale-20g-after-restart-fetch-at-0"), get("scale-1g-after-restart-fetch-at-0")
@@ -252,14 +258,14 @@ def report(out, target, full, log_scaling):
     series = {}
     for r in rows:
         lab = r.get("label", "")
-        if lab.startswith("sweep-") and not r.get("failed"):
+        if lab.startswith("sweep-") and not r.get("failed") and "mb_per_sec" in r:
             parts = lab.split("-")
             size, acks, nparts, prods = parts[1][1:], parts[2][1:], int(parts[3][1:]), parts[4][1:]
             if not prods.isdigit():
                 continue
             series.setdefault(f"{size} B, acks={acks}, {prods} prod", []).append((nparts, r["mb_per_sec"]))
     series = {k: sorted(v) for k, v in series.items() if len(v) > 1}
-    if series and svg_chart(os.path.join(PERF, "throughput-vs-partitions.svg"), "Produce throughput vs partitions",
+    if series and svg_chart(os.path.join(CHARTS, "throughput-vs-partitions.svg"), "Produce throughput vs partitions",
                             "partitions (log scale)", "MB/s of values", list(series.items()), logx=True):
         charts.append(("Produce throughput vs partitions", "throughput-vs-partitions.svg"))
     lat = []
@@ -269,7 +275,7 @@ def report(out, target, full, log_scaling):
             lat.append((pct, r["latency_us"]))
     if lat:
         s = [(q, [(pct, l[q]) for pct, l in lat]) for q in ("p50", "p99", "p999", "max")]
-        if svg_chart(os.path.join(PERF, "latency-vs-load.svg"), "Produce latency vs load (acks=all, 1 KiB, 16 partitions)",
+        if svg_chart(os.path.join(CHARTS, "latency-vs-load.svg"), "Produce latency vs load (acks=all, 1 KiB, 16 partitions)",
                      "% of measured max throughput", "µs (log scale)", s, logy=True):
             charts.append(("Produce latency percentiles vs load", "latency-vs-load.svg"))
     if charts:

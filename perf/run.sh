@@ -10,23 +10,25 @@
 #   --bootstrap     measure another Kafka-compatible broker; Strata is not started
 #   --data-dir      where the broker's data and the fio test file live (a real disk, not tmpfs)
 #   --seconds N     measured seconds per run (default 6; warm-up is 2 s more)
+#   --out DIR       raw results (and, when given, the report) go here [default: perf/out]
+#   --no-limits     skip the fio/iperf3 limit measurements
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 DATA_DIR="${PERF_DATA_DIR:-/var/tmp/strata-perf}"
 OUT=""
-FULL=0; LOG_SCALING=0; BOOTSTRAP=""; SECONDS_PER_RUN=6; WARMUP=2; LIMITS=1
+OUT_GIVEN=0; FULL=0; LOG_SCALING=0; BOOTSTRAP=""; SECONDS_PER_RUN=6; WARMUP=2; LIMITS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --full) FULL=1 ;;
     --log-scaling) LOG_SCALING=1 ;;
     --bootstrap) BOOTSTRAP="$2"; shift ;;
     --data-dir) DATA_DIR="$2"; shift ;;
-    --out) OUT="$2"; shift ;;
+    --out) OUT="$2"; OUT_GIVEN=1; shift ;;
     --seconds) SECONDS_PER_RUN="$2"; shift ;;
     --no-limits) LIMITS=0 ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -238,6 +240,7 @@ fi
 stop_broker
 REPORT="$ROOT/perf/RESULTS.md"
 [[ $LOG_SCALING == 1 ]] && REPORT="$ROOT/perf/RESULTS-log-scaling.md"
+[[ $OUT_GIVEN == 1 ]] && { REPORT="$OUT/$(basename "$REPORT")"; export PERF_CHART_DIR="$OUT"; }  # trial runs leave perf/ alone
 python3 "$ROOT/perf/report.py" report "$OUT" "$TARGET" "$FULL" "$LOG_SCALING" > "$REPORT.new"
 mv "$REPORT.new" "$REPORT"
 log "wrote $REPORT (and charts in perf/)"
