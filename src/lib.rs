@@ -8,9 +8,11 @@
 //! - [`server`]: listener, connections, request dispatch and one handler file per Kafka API.
 //! - [`client`]: a small Kafka client used by the command line and `strata bench`.
 //! - [`cli`]: the client-side subcommands (`topic`, `produce`, `consume`).
+//! - [`bench`]: `strata bench produce|consume|e2e`, the load harness.
 #![deny(clippy::unwrap_used)]
 
 pub mod alloc;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod cluster;

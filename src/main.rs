@@ -27,6 +27,9 @@ enum Command {
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
     Consume(strata::cli::ConsumeArgs),
+    /// Load-test any Kafka-compatible broker: produce, consume, end-to-end.
+    #[command(subcommand)]
+    Bench(strata::bench::BenchCommand),
 }
 
 #[derive(clap::Args)]
@@ -57,6 +60,7 @@ fn main() {
         Command::Topic(cmd) => strata::cli::run_topic(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
+        Command::Bench(cmd) => strata::bench::run(cmd),
     };
     // `{:#}` prints the error chain on one line, without a backtrace: these are user-facing.
     if let Err(e) = result {
