@@ -10,7 +10,7 @@ use futures::future::LocalBoxFuture;
 use super::{now_ms, ShardCtx};
 use crate::protocol::error::{from_append, from_storage, ErrorCode};
 use crate::protocol::record_batch::{BatchError, BatchIter};
-use crate::storage::{LogConfig, Partition};
+use crate::storage::{AppendError, LogConfig, Partition};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TopicPartition {
@@ -218,6 +218,8 @@ enum Staged {
     Failed(ProduceResult),
     /// The partition is placed here but not open yet: append after opening.
     NotOpen(TopicPartition, Option<Bytes>),
+    /// The log's staging buffer is full: append the rest once the flusher makes room.
+    Waiting(Appending),
 }
 
 fn start_produce(
@@ -259,7 +261,7 @@ fn start_produce(
                 }
                 other => other,
             };
-            out.push(s);
+            out.push(finish_waiting(s, deadline).await);
         }
         let mut results = Vec::with_capacity(out.len());
         for s in out {
@@ -288,7 +290,7 @@ fn start_produce(
                     });
                 }
                 Staged::Failed(r) => results.push(r),
-                Staged::NotOpen(..) => results.push(ProduceResult::error(
+                Staged::NotOpen(..) | Staged::Waiting(_) => results.push(ProduceResult::error(
                     ErrorCode::UnknownTopicOrPartition,
                     None,
                 )),
@@ -307,7 +309,7 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
         ));
     };
     let max = partition.config().max_message_bytes as usize;
-    let mut batches = Vec::new();
+    let mut ranges = Vec::new();
     for item in BatchIter::new(records) {
         match item {
             Ok((pos, header)) => {
@@ -320,7 +322,7 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
                         )),
                     ));
                 }
-                batches.push(pos..pos + header.total_len());
+                ranges.push(pos..pos + header.total_len());
             }
             Err(e) => {
                 let code = match e {
@@ -331,39 +333,98 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
             }
         }
     }
-    let mut first: Option<ProduceResult> = None;
-    let mut last_offset = -1;
-    for range in batches {
-        // The batch is copied once, out of the request frame, into a buffer the log owns and
-        // patches (base offset, leader epoch) in place.
-        let Some(slice) = records.get(range) else {
-            continue;
+    let appending = Appending {
+        partition,
+        records: records.clone(),
+        ranges,
+        next: 0,
+        first: None,
+        last_offset: -1,
+    };
+    appending.advance(now)
+}
+
+/// Completes a `Staged::Waiting` by waiting (until `deadline`) for room in the log's staging
+/// buffer: a producer that outruns the disk is slowed down, not refused.
+async fn finish_waiting(mut staged: Staged, deadline: Instant) -> Staged {
+    while let Staged::Waiting(appending) = staged {
+        let room = appending
+            .partition
+            .wait_for_staging_room(appending.next_len());
+        let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+        let waited = futures_lite::future::or(async { Some(room.await) }, async {
+            timer.await;
+            None
+        })
+        .await;
+        staged = match waited {
+            Some(Ok(())) => appending.advance(now_ms()),
+            Some(Err(e)) => {
+                Staged::Failed(ProduceResult::error(from_storage(&e), Some(e.to_string())))
+            }
+            None => Staged::Failed(ProduceResult::error(ErrorCode::RequestTimedOut, None)),
         };
-        match partition.append(BytesMut::from(slice), now) {
-            Ok(o) => {
-                last_offset = o.last_offset;
-                if first.is_none() {
-                    first = Some(ProduceResult {
-                        error: None,
-                        message: None,
-                        base_offset: o.base_offset,
-                        log_append_time_ms: o.log_append_time_ms,
-                        log_start_offset: o.log_start_offset,
-                    });
+    }
+    staged
+}
+
+/// A partition's validated batches, appended in order; it pauses when the log's staging
+/// buffer is full (the disk is behind) and resumes once the flusher has made room.
+struct Appending {
+    partition: Rc<Partition>,
+    records: Bytes,
+    ranges: Vec<std::ops::Range<usize>>,
+    next: usize,
+    first: Option<ProduceResult>,
+    last_offset: i64,
+}
+
+impl Appending {
+    /// Appends as many remaining batches as the log takes now.
+    fn advance(mut self, now: i64) -> Staged {
+        while let Some(range) = self.ranges.get(self.next).cloned() {
+            let Some(slice) = self.records.get(range) else {
+                self.next += 1;
+                continue;
+            };
+            // The batch is copied once, out of the request frame, into a buffer the log owns
+            // and patches (base offset, leader epoch) in place.
+            match self.partition.append(BytesMut::from(slice), now) {
+                Ok(o) => {
+                    self.next += 1;
+                    self.last_offset = o.last_offset;
+                    if self.first.is_none() {
+                        self.first = Some(ProduceResult {
+                            error: None,
+                            message: None,
+                            base_offset: o.base_offset,
+                            log_append_time_ms: o.log_append_time_ms,
+                            log_start_offset: o.log_start_offset,
+                        });
+                    }
+                }
+                Err(AppendError::Backpressure { .. }) => return Staged::Waiting(self),
+                Err(e) => {
+                    return Staged::Failed(ProduceResult::error(
+                        from_append(&e),
+                        Some(e.to_string()),
+                    ))
                 }
             }
-            Err(e) => {
-                return Staged::Failed(ProduceResult::error(from_append(&e), Some(e.to_string())))
-            }
+        }
+        match self.first {
+            Some(result) => Staged::Appended {
+                partition: self.partition,
+                result,
+                last_offset: self.last_offset,
+            },
+            None => Staged::Failed(ProduceResult::error(ErrorCode::CorruptMessage, None)),
         }
     }
-    match first {
-        Some(result) => Staged::Appended {
-            partition,
-            result,
-            last_offset,
-        },
-        None => Staged::Failed(ProduceResult::error(ErrorCode::CorruptMessage, None)),
+
+    /// Bytes of the next batch to append.
+    fn next_len(&self) -> usize {
+        self.ranges.get(self.next).map(|r| r.len()).unwrap_or(0)
     }
 }
 
@@ -392,7 +453,12 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
             chunks: r.chunks,
         },
         Err(e) => FetchResult {
-            error: Some(from_storage(&e)),
+            error: Some({
+                if !matches!(e, crate::storage::Error::OffsetOutOfRange { .. }) {
+                    tracing::warn!(topic = %part.tp.topic, partition = part.tp.partition, offset = part.offset, "read failed: {e}");
+                }
+                from_storage(&e)
+            }),
             high_watermark: p.high_watermark(),
             log_start_offset: p.log_start_offset(),
             chunks: Vec::new(),

@@ -310,7 +310,8 @@ impl Partition {
             }
         }
         let staged = inner.staged_bytes() as usize;
-        if staged + batch.len() > STAGING_BYTES_MAX {
+        // An empty buffer always takes one batch, however large, so nothing waits forever.
+        if staged > 0 && staged + batch.len() > STAGING_BYTES_MAX {
             return Err(AppendError::Backpressure {
                 staged_bytes: staged,
                 max: STAGING_BYTES_MAX,
@@ -368,6 +369,29 @@ impl Partition {
         }
         self.flush_wakeup.notify_all();
         Ok(outcome)
+    }
+
+    /// Resolves once the staging buffer has room for `len` more bytes, so a producer that
+    /// outruns the disk waits for the flusher instead of being refused.
+    pub async fn wait_for_staging_room(&self, len: usize) -> Result<(), Error> {
+        loop {
+            let listener = self.progress.listen();
+            {
+                let inner = self.inner.borrow();
+                if let Some(e) = &inner.failed {
+                    return Err(e.clone());
+                }
+                if inner.closed {
+                    return Err(Error::Closed);
+                }
+                let staged = inner.staged_bytes() as usize;
+                if staged == 0 || staged + len <= STAGING_BYTES_MAX {
+                    return Ok(());
+                }
+            }
+            self.flush_wakeup.notify_all();
+            listener.await;
+        }
     }
 
     /// Resolves once `last_offset` is durable per the flush policy (immediately unless Sync).
@@ -1090,6 +1114,9 @@ impl Partition {
                 let limit = inner.config.tail_cache_bytes;
                 let written = inner.written_offset;
                 inner.cache.evict(limit, written);
+                drop(inner);
+                // Producers paused on a full staging buffer wait for this.
+                self.progress.notify_all();
             }
             if sync || sealed {
                 // Everything up to `end_offset` was in `data` or written before: one fsync
