@@ -184,6 +184,7 @@ else
   # Headline runs (the targets).
   produce "p-100B-acks1-p16-x8" t-100 16 100 8 1; drop_topic t-100
   produce "p-1KiB-acksall-p1-x1" t-1k-1 1 1024 1 all; drop_topic t-1k-1
+  produce "p-1KiB-acksall-p8-x8" t-1k-8 8 1024 8 all; drop_topic t-1k-8
   produce "p-1KiB-acksall-p16-x8" t-1k 16 1024 8 all
   MAX_ALL=$(last_rate); drop_topic t-1k
   produce "p-64KiB-acksall-p1-x1" t-64k 1 65536 1 all; drop_topic t-64k
@@ -193,9 +194,10 @@ else
   for size in "${SIZES[@]}"; do for acks in "${ACKS[@]}"; do for parts in "${PARTS[@]}"; do
     for prods in "${PRODS[@]}"; do
       if [[ $FULL == 0 && $parts != 16 && $prods != 8 ]]; then continue; fi
-      # Every partition preallocates its first segment (64 MiB by default): 1000 partitions
-      # need 64 GB of free disk before a byte is written. When the disk is smaller, the run
-      # uses a broker restarted with 4 MiB preallocation, and its label says so.
+      # Segments reserve disk in extents that start at 1 MiB and grow with the segment; this
+      # check remains as a guard for brokers configured with large up-front extents. When
+      # the disk is too small, the run uses a broker restarted with 4 MiB extents, and its
+      # label says so.
       local_label="sweep-s$size-a$acks-p$parts-x$prods"
       avail=$(( $(df -B1 --output=avail "$DATA_DIR" | tail -1) ))
       if (( parts * PREALLOC_DEFAULT * 5 / 4 > avail )); then
