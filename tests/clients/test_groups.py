@@ -488,3 +488,50 @@ def test_bad_group_input_gets_kafka_errors(broker):
     # Clients may not write the coordinator's log.
     results = kproto.produce_raw(broker.bootstrap, "__consumer_offsets", 0, kproto.record_batch([(b"k", b"v")]))
     assert results[0][2] == ERR_INVALID_TOPIC
+
+
+def strata_cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    from harness import strata_bin
+    r = subprocess.run([str(strata_bin()), *args], capture_output=True, timeout=60, text=True)
+    if ok:
+        assert r.returncode == 0, f"strata {' '.join(args)}: {r.stderr}"
+    return r
+
+
+def test_strata_group_cli(broker, tmp_path, workers):
+    """Proves `strata group list|describe|reset-offsets|delete`: describe shows the member and
+    its decoded assignment, committed offsets, log end and lag; reset-offsets is refused while
+    the group has members, prints a plan with --dry-run, and commits earliest/offset/latest/
+    datetime targets; delete removes an empty group."""
+    topic, group = "grp-cli", "g-cli"
+    b = ["--bootstrap", broker.bootstrap]
+    create_topic(broker.bootstrap, topic, PARTS)
+    w = Worker(tmp_path, "cli0", "kafka-python", broker.bootstrap, topic, group).start()
+    workers.append(w)
+    wait_for("a stable group of 1", lambda: stable_assignment(broker.bootstrap, group, 1))
+    produce(broker.bootstrap, topic, 60)
+    wait_for("consumed", lambda: all_consumed([w], 60))
+    wait_for("committed", lambda: committed(broker.bootstrap, group, topic) == {p: 10 for p in range(PARTS)})
+    produce(broker.bootstrap, topic, 6, start=60)  # may or may not be consumed yet: lag 0 or 1
+    assert group in strata_cli("group", "list", *b).stdout
+    out = strata_cli("group", "describe", group, *b).stdout
+    assert "State: Stable" in out and "Members: 1" in out
+    assert f"assignment={topic}:0,1,2,3,4,5" in out, out
+    rows = [line.split("\t") for line in out.splitlines() if line.startswith(topic + "\t")]
+    assert len(rows) == PARTS and all(r[3] == "11" for r in rows), out
+    r = strata_cli("group", "reset-offsets", group, "--to-earliest", *b, ok=False)
+    assert r.returncode != 0 and "active member" in r.stderr
+    w.stop()
+    wait_for("group empty", lambda: str(describe(broker.bootstrap, group).state).endswith("EMPTY"))
+    plan = strata_cli("group", "reset-offsets", group, "--to-earliest", "--dry-run", *b).stdout
+    assert "dry run" in plan and committed(broker.bootstrap, group, topic)[0] >= 10
+    strata_cli("group", "reset-offsets", group, "--to-earliest", *b)
+    assert committed(broker.bootstrap, group, topic) == {p: 0 for p in range(PARTS)}
+    strata_cli("group", "reset-offsets", group, "--topic", topic, "--to-offset", "4", *b)
+    assert committed(broker.bootstrap, group, topic) == {p: 4 for p in range(PARTS)}
+    strata_cli("group", "reset-offsets", group, "--to-latest", *b)
+    assert committed(broker.bootstrap, group, topic) == {p: 11 for p in range(PARTS)}
+    strata_cli("group", "reset-offsets", group, "--to-datetime", "0", *b)
+    assert committed(broker.bootstrap, group, topic) == {p: 0 for p in range(PARTS)}
+    strata_cli("group", "delete", group, *b)
+    assert group not in strata_cli("group", "list", *b).stdout
