@@ -541,6 +541,7 @@ impl Coordinator {
         now_ms: i64,
         out: &mut Vec<Output>,
     ) -> LeaveResult {
+        let config = self.config.clone();
         let Some(group) = self.groups.get_mut(group_id) else {
             return LeaveResult {
                 error: None,
@@ -573,7 +574,7 @@ impl Coordinator {
                         Some(ErrorCode::FencedInstanceId)
                     }
                     Some(existing) => {
-                        remove_member_and_update(group, &existing, now_ms, out);
+                        remove_member_and_update(group, &config, &existing, now_ms, out);
                         None
                     }
                 },
@@ -584,7 +585,7 @@ impl Coordinator {
                         }
                         None
                     } else if group.members.contains_key(&m.member_id) {
-                        remove_member_and_update(group, &m.member_id, now_ms, out);
+                        remove_member_and_update(group, &config, &m.member_id, now_ms, out);
                         None
                     } else {
                         Some(ErrorCode::UnknownMemberId)
@@ -907,7 +908,7 @@ impl Coordinator {
     /// pending-sync timeouts, session expiry, pending-member expiry and offset retention.
     pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         for group in self.groups.values_mut() {
-            tick_group(group, now_ms, out);
+            tick_group(group, &self.config, now_ms, out);
         }
         if now_ms >= self.next_retention_check_ms {
             self.next_retention_check_ms = now_ms + self.config.offsets_retention_check_interval_ms;
@@ -1150,7 +1151,7 @@ fn join_known_member(
     let is_leader = group.leader.as_deref() == Some(member_id.as_str());
     match group.state {
         GroupState::PreparingRebalance => {
-            update_member_and_rebalance(group, request, args, now_ms, out)
+            update_member_and_rebalance(group, config, request, args, now_ms, out)
         }
         GroupState::CompletingRebalance => {
             if same {
@@ -1158,14 +1159,14 @@ fn join_known_member(
                 let result = group.join_result(&member_id, is_leader);
                 out.push(Output::Join(request, result));
             } else {
-                update_member_and_rebalance(group, request, args, now_ms, out);
+                update_member_and_rebalance(group, config, request, args, now_ms, out);
             }
         }
         GroupState::Stable => {
             if is_leader || !same {
                 // The leader rejoining (e.g. its subscription changed) or changed metadata
                 // forces a rebalance.
-                update_member_and_rebalance(group, request, args, now_ms, out);
+                update_member_and_rebalance(group, config, request, args, now_ms, out);
             } else {
                 if let Some(m) = group.members.get_mut(&member_id) {
                     m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
@@ -1235,6 +1236,7 @@ fn add_member_and_rebalance(
 
 fn update_member_and_rebalance(
     group: &mut Group,
+    config: &GroupConfig,
     request: RequestId,
     args: JoinArgs,
     now_ms: i64,
@@ -1255,7 +1257,7 @@ fn update_member_and_rebalance(
     }
     match group.state {
         GroupState::PreparingRebalance => check_join_complete(group, now_ms, out),
-        _ => prepare_rebalance(group, &GroupConfig::default(), now_ms, out),
+        _ => prepare_rebalance(group, config, now_ms, out),
     }
 }
 
@@ -1476,6 +1478,7 @@ fn remove_member(group: &mut Group, member_id: &str, out: &mut Vec<Output>) {
 
 fn remove_member_and_update(
     group: &mut Group,
+    config: &GroupConfig,
     member_id: &str,
     now_ms: i64,
     out: &mut Vec<Output>,
@@ -1484,13 +1487,13 @@ fn remove_member_and_update(
     match group.state {
         GroupState::Dead | GroupState::Empty => {}
         GroupState::Stable | GroupState::CompletingRebalance => {
-            prepare_rebalance(group, &GroupConfig::default(), now_ms, out)
+            prepare_rebalance(group, config, now_ms, out)
         }
         GroupState::PreparingRebalance => check_join_complete(group, now_ms, out),
     }
 }
 
-fn tick_group(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
+fn tick_group(group: &mut Group, config: &GroupConfig, now_ms: i64, out: &mut Vec<Output>) {
     // KIP-394 ids that were never used.
     let before = group.pending_members.len();
     group
@@ -1512,7 +1515,7 @@ fn tick_group(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
         .map(|m| m.id.clone())
         .collect();
     for id in expired {
-        remove_member_and_update(group, &id, now_ms, out);
+        remove_member_and_update(group, config, &id, now_ms, out);
     }
     // The join phase's deadline: extend the initial delay while members keep arriving,
     // otherwise complete with whoever rejoined.
@@ -1553,7 +1556,7 @@ fn tick_group(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
                 group.transition(GroupState::Empty, now_ms);
                 group.persist_metadata(out);
             } else {
-                prepare_rebalance(group, &GroupConfig::default(), now_ms, out);
+                prepare_rebalance(group, config, now_ms, out);
             }
         }
     }
