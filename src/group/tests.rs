@@ -693,3 +693,72 @@ fn sync_errors() {
         Some(ErrorCode::RebalanceInProgress)
     );
 }
+
+/// KIP-345/KIP-814: a static *leader* restarting in a stable group is told the old leader id
+/// before v9 (so it does not run an assignment that would never be propagated), and with v9
+/// its new id plus skip_assignment and the member list; either way no rebalance happens.
+#[test]
+fn static_leader_rejoin() {
+    for supports_skip in [false, true] {
+        let mut s = Sim::new();
+        let r = s.join(Sim::join_args("", Some("lead"), &["range"]));
+        s.settle();
+        let first = s.join_reply(r).expect("joined");
+        let generation = first.generation_id;
+        let sr = s.sync(&first.member_id, generation, &[(&first.member_id, "L")]);
+        s.sync_reply(sr).expect("synced");
+        let mut args = Sim::join_args("", Some("lead"), &["range"]);
+        args.supports_skip_assignment = supports_skip;
+        let r = s.join(args);
+        let res = s.join_reply(r).expect("answered at once");
+        assert_eq!(res.error, None);
+        assert_eq!(res.generation_id, generation);
+        assert_eq!(s.c.group_state("g"), GroupState::Stable);
+        if supports_skip {
+            assert_eq!(res.leader, res.member_id);
+            assert!(res.skip_assignment);
+            assert_eq!(res.members.len(), 1);
+        } else {
+            assert_eq!(res.leader, first.member_id, "the old leader id");
+            assert!(!res.skip_assignment && res.members.is_empty());
+        }
+        assert_eq!(
+            s.heartbeat(&first.member_id, generation),
+            Some(ErrorCode::UnknownMemberId),
+            "the old member id is gone"
+        );
+    }
+}
+
+/// LeaveGroup by instance id removes a static member; a mismatched member id for a known
+/// instance is fenced; an unknown member gets UNKNOWN_MEMBER_ID.
+#[test]
+fn leave_errors_and_static_leave() {
+    let mut s = Sim::new();
+    let r = s.join(Sim::join_args("", Some("i1"), &["range"]));
+    s.settle();
+    let m = s.join_reply(r).expect("joined");
+    let leave = |s: &mut Sim, member: &str, instance: Option<&str>| {
+        s.c.handle_leave(
+            "g",
+            vec![LeaveMember {
+                member_id: member.into(),
+                group_instance_id: instance.map(str::to_string),
+            }],
+            s.now,
+            &mut s.out,
+        )
+        .members[0]
+            .2
+    };
+    assert_eq!(
+        leave(&mut s, "other", Some("i1")),
+        Some(ErrorCode::FencedInstanceId)
+    );
+    assert_eq!(
+        leave(&mut s, "ghost", None),
+        Some(ErrorCode::UnknownMemberId)
+    );
+    assert_eq!(leave(&mut s, &m.member_id, Some("i1")), None);
+    assert_eq!(s.c.group_state("g"), GroupState::Empty);
+}
