@@ -87,6 +87,21 @@ pub struct Config {
     pub log_preallocate_bytes: u64,
     /// Recent batches each partition keeps in memory for fetches at the tail.
     pub log_tail_cache_bytes: usize,
+    /// Kafka's offsets.topic.num.partitions: partitions of `__consumer_offsets`, created at
+    /// start if missing. Changing it later moves groups to other partitions (as in Kafka).
+    pub offsets_topic_num_partitions: i32,
+    /// Kafka's group.initial.rebalance.delay.ms: how long the first rebalance of an empty
+    /// group waits for more members.
+    pub group_initial_rebalance_delay_ms: i64,
+    /// Kafka's group.min.session.timeout.ms.
+    pub group_min_session_timeout_ms: i32,
+    /// Kafka's group.max.session.timeout.ms.
+    pub group_max_session_timeout_ms: i32,
+    /// Kafka's offsets.retention.minutes: committed offsets of a group that has been empty
+    /// this long are deleted.
+    pub offsets_retention_minutes: i64,
+    /// Kafka's offsets.retention.check.interval.ms.
+    pub offsets_retention_check_interval_ms: i64,
 }
 
 impl Default for Config {
@@ -116,6 +131,12 @@ impl Default for Config {
             log_flush_interval_ms: 1000,
             log_preallocate_bytes: 64 * 1024 * 1024,
             log_tail_cache_bytes: 32 * 1024 * 1024,
+            offsets_topic_num_partitions: 50,
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 1_800_000,
+            offsets_retention_minutes: 10080,
+            offsets_retention_check_interval_ms: 600_000,
         }
     }
 }
@@ -205,11 +226,45 @@ impl Config {
         Ok(config)
     }
 
+    /// The group coordinator's settings.
+    pub fn group_config(&self) -> crate::group::GroupConfig {
+        crate::group::GroupConfig {
+            initial_rebalance_delay_ms: self.group_initial_rebalance_delay_ms,
+            session_timeout_ms_min: self.group_min_session_timeout_ms,
+            session_timeout_ms_max: self.group_max_session_timeout_ms,
+            offsets_retention_ms: self.offsets_retention_minutes.saturating_mul(60_000),
+            offsets_retention_check_interval_ms: self.offsets_retention_check_interval_ms,
+        }
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             key: key.into(),
             message,
         };
+        if !(1..=crate::limits::TOPIC_PARTITIONS_MAX).contains(&self.offsets_topic_num_partitions) {
+            return Err(invalid(
+                "offsets_topic_num_partitions",
+                format!(
+                    "must be between 1 and {}",
+                    crate::limits::TOPIC_PARTITIONS_MAX
+                ),
+            ));
+        }
+        if self.group_min_session_timeout_ms < 0
+            || self.group_min_session_timeout_ms > self.group_max_session_timeout_ms
+        {
+            return Err(invalid(
+                "group_min_session_timeout_ms",
+                "must be >= 0 and <= group_max_session_timeout_ms".into(),
+            ));
+        }
+        if self.group_initial_rebalance_delay_ms < 0 || self.offsets_retention_minutes < 1 {
+            return Err(invalid(
+                "group_initial_rebalance_delay_ms",
+                "delays must be >= 0 and offsets_retention_minutes >= 1".into(),
+            ));
+        }
         self.listen
             .parse::<SocketAddr>()
             .map_err(|e| invalid("listen", format!("{:?}: {e}", self.listen)))?;
@@ -483,6 +538,26 @@ impl Config {
             ("listeners", format!("PLAINTEXT://{}", self.listen)),
             ("log.dirs", self.data_dir.display().to_string()),
             ("num.partitions", self.num_partitions.to_string()),
+            (
+                "offsets.topic.num.partitions",
+                self.offsets_topic_num_partitions.to_string(),
+            ),
+            (
+                "group.initial.rebalance.delay.ms",
+                self.group_initial_rebalance_delay_ms.to_string(),
+            ),
+            (
+                "group.min.session.timeout.ms",
+                self.group_min_session_timeout_ms.to_string(),
+            ),
+            (
+                "group.max.session.timeout.ms",
+                self.group_max_session_timeout_ms.to_string(),
+            ),
+            (
+                "offsets.retention.minutes",
+                self.offsets_retention_minutes.to_string(),
+            ),
             (
                 "socket.request.max.bytes",
                 self.socket_request_max_bytes.to_string(),

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod group;
 pub mod limits;
 pub mod protocol;
 pub mod server;

@@ -23,6 +23,9 @@ enum Command {
     /// Create, list, describe, alter and delete topics (any Kafka-compatible broker).
     #[command(subcommand)]
     Topic(strata::cli::TopicCommand),
+    /// List, describe, delete consumer groups and reset their offsets.
+    #[command(subcommand)]
+    Group(strata::cli::GroupCommand),
     /// Write lines from stdin to a topic.
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
@@ -58,6 +61,7 @@ fn main() {
     let result = match Cli::parse().command {
         Command::Serve(args) => serve(args),
         Command::Topic(cmd) => strata::cli::run_topic(cmd),
+        Command::Group(cmd) => strata::cli::run_group(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),

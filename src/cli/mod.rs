@@ -1,16 +1,19 @@
-//! The client-side subcommands: `strata topic ...`, `strata produce`, `strata consume`.
+//! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata produce`,
+//! `strata consume`.
 //!
 //! Each talks the Kafka protocol through [`crate::client`], so it works against any
 //! Kafka-compatible broker. `main.rs` only parses and calls [`run_topic`], [`run_produce`] or
 //! [`run_consume`]; argument types live here so the lead can embed them in the top-level `Cli`.
 
 mod consume;
+mod group;
 mod produce;
 mod topic;
 
 use crate::client::{Client, ClientConfig, BOOTSTRAP_DEFAULT};
 
 pub use consume::{ConsumeArgs, OutputFormat, StartFrom};
+pub use group::{GroupCommand, ResetTarget};
 pub use produce::{AcksArg, CompressionArg, ProduceArgs};
 pub use topic::TopicCommand;
 
@@ -34,6 +37,11 @@ impl ConnectArgs {
 /// Runs a `strata topic ...` command.
 pub fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
     topic::run(cmd)
+}
+
+/// Runs a `strata group ...` command.
+pub fn run_group(cmd: GroupCommand) -> anyhow::Result<()> {
+    group::run(cmd)
 }
 
 /// Runs `strata produce`.

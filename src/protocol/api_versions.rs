@@ -17,6 +17,21 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    // Consumer groups (classic protocol). FindCoordinator stops at v4 (v5/v6 add error
+    // codes and key types for transactions and share groups, not implemented); OffsetCommit
+    // starts at v2 and OffsetFetch at v1 because the codec does not go lower; DescribeGroups
+    // stops at v5 (v6 belongs to KIP-848's new protocol).
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The supported version range of `api`, if Strata implements it.

@@ -157,6 +157,19 @@ mod tests {
             ApiKey::DescribeCluster => {
                 RequestKind::DescribeCluster(DescribeClusterRequest::default())
             }
+            ApiKey::FindCoordinator => {
+                RequestKind::FindCoordinator(FindCoordinatorRequest::default())
+            }
+            ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
+            ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+            ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+            ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+            ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+            ApiKey::OffsetFetch => RequestKind::OffsetFetch(OffsetFetchRequest::default()),
+            ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
+            ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+            ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
+            ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
             other => panic!("{other:?} is in SUPPORTED but has no test request"),
         }
     }

@@ -199,6 +199,13 @@ async fn open_partitions(
 
 /// Deletes a topic: removes it from the catalog, then its partitions from disk.
 pub async fn delete_topic(ctx: &Rc<ShardCtx>, name: &str) -> Result<Arc<TopicMeta>, AdminError> {
+    // The coordinator's own log: deleting it would lose every committed offset.
+    if name == crate::group::OFFSETS_TOPIC {
+        return Err(AdminError::new(
+            ErrorCode::TopicAuthorizationFailed,
+            format!("internal topic `{name}` cannot be deleted"),
+        ));
+    }
     let meta = ctx
         .shared
         .catalog

@@ -68,7 +68,7 @@ pub async fn serve(
                 Err(ConnectionError::Closed) | Err(ConnectionError::ShuttingDown) => return Ok(()),
                 Err(e) => return Err(e),
             };
-            let pending = match dispatch::dispatch(ctx, frame).await {
+            let pending = match dispatch::dispatch(ctx, frame, &peer).await {
                 Ok(p) => p,
                 Err(e) => {
                     warn!(%peer, "closing connection: {e}");

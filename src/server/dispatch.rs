@@ -39,7 +39,32 @@ fn respond<T: kafka_protocol::protocol::Encodable>(
     Ok(ready(Some(vec![frame.freeze()])))
 }
 
-pub async fn dispatch(ctx: &Rc<ShardCtx>, frame: Bytes) -> Result<PendingResponse, FrameError> {
+/// `peer` is the client's address (reported as a group member's host).
+/// A response computed by `fut`, encoded when it is ready.
+fn deferred<T, F>(raw: &RawRequest, fut: F) -> Result<PendingResponse, FrameError>
+where
+    T: kafka_protocol::protocol::Encodable,
+    F: std::future::Future<Output = T> + 'static,
+{
+    let (api, version, corr) = (
+        raw.api,
+        raw.header.request_api_version,
+        raw.header.correlation_id,
+    );
+    Ok(async move {
+        let body = fut.await;
+        encode_response(api, version, corr, &body)
+            .ok()
+            .map(|b| vec![b.freeze()])
+    }
+    .boxed_local())
+}
+
+pub async fn dispatch(
+    ctx: &Rc<ShardCtx>,
+    frame: Bytes,
+    peer: &str,
+) -> Result<PendingResponse, FrameError> {
     let raw = parse_request(frame)?;
     let version = raw.header.request_api_version;
     debug!(api = ?raw.api, version, correlation_id = raw.header.correlation_id, "request");
@@ -128,6 +153,85 @@ pub async fn dispatch(ctx: &Rc<ShardCtx>, frame: Bytes) -> Result<PendingRespons
         ApiKey::DescribeCluster => {
             let req: DescribeClusterRequest = decode_body(&raw)?;
             respond(&raw, &handlers::describe_cluster::handle(ctx, version, req))
+        }
+        // Group coordination. JoinGroup and SyncGroup may wait for a rebalance, so like
+        // Produce they answer through a future and do not hold up the connection's reader.
+        ApiKey::FindCoordinator => {
+            let req: FindCoordinatorRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::find_coordinator::handle(ctx, version, req))
+        }
+        ApiKey::JoinGroup => {
+            let req: JoinGroupRequest = decode_body(&raw)?;
+            let client_id = raw
+                .header
+                .client_id
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            let (ctx, peer) = (ctx.clone(), peer.to_string());
+            deferred(&raw, async move {
+                handlers::join_group::handle(&ctx, version, &client_id, &peer, req).await
+            })
+        }
+        ApiKey::SyncGroup => {
+            let req: SyncGroupRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::sync_group::handle(&ctx, version, req).await
+            })
+        }
+        ApiKey::Heartbeat => {
+            let req: HeartbeatRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::heartbeat::handle(ctx, version, req).await)
+        }
+        ApiKey::LeaveGroup => {
+            let req: LeaveGroupRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::leave_group::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::OffsetCommit => {
+            let req: OffsetCommitRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::offset_commit::handle(&ctx, version, req).await
+            })
+        }
+        ApiKey::OffsetFetch => {
+            let req: OffsetFetchRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::offset_fetch::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::DescribeGroups => {
+            let req: DescribeGroupsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::describe_groups::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::ListGroups => {
+            let req: ListGroupsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::list_groups::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::DeleteGroups => {
+            let req: DeleteGroupsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::delete_groups::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::OffsetDelete => {
+            let req: OffsetDeleteRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::offset_delete::handle(ctx, version, req).await,
+            )
         }
         other => Err(FrameError::BadHeader(format!(
             "{other:?} is not implemented"

@@ -6,6 +6,7 @@
 //! Work for a partition that another shard owns crosses the channel mesh (`mesh`). The
 //! invariant the asserts protect: a shard only ever opens and serves partitions the catalog
 //! places on it.
+pub mod groups;
 pub mod mesh;
 pub mod notify;
 pub mod ops;
@@ -80,13 +81,15 @@ pub struct ShardCtx {
     pub shutdown_notify: notify::Notify,
     pub connections: Cell<usize>,
     pub connections_changed: notify::Notify,
+    /// The consumer-group coordinator for the `__consumer_offsets` partitions placed here.
+    pub groups: groups::GroupShard,
 }
 
 impl ShardCtx {
     pub fn new(id: usize, shared: Arc<Shared>, mesh: mesh::Mesh) -> Self {
         Self {
             id,
-            shared,
+            shared: shared.clone(),
             partitions: RefCell::new(HashMap::new()),
             open_lock: futures::lock::Mutex::new(()),
             mesh,
@@ -94,6 +97,7 @@ impl ShardCtx {
             shutdown_notify: notify::Notify::default(),
             connections: Cell::new(0),
             connections_changed: notify::Notify::default(),
+            groups: groups::GroupShard::new(shared.config.group_config()),
         }
     }
 

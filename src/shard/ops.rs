@@ -57,6 +57,12 @@ pub enum ShardOp {
         topic: String,
         config: LogConfig,
     },
+    /// A consumer-group request for the coordinator of `__consumer_offsets`-`partition`
+    /// (-1 for requests about every group of the shard, e.g. ListGroups).
+    Group {
+        partition: i32,
+        req: super::groups::GroupRequest,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -115,6 +121,7 @@ pub enum ShardReply {
     DataReady,
     Offsets(Vec<OffsetResult>),
     Done(Result<(), String>),
+    Group(super::groups::GroupReply),
     /// The target shard is gone (shutting down).
     Unavailable,
 }
@@ -199,6 +206,7 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
             }
             ShardReply::Done(result)
         }),
+        ShardOp::Group { partition, req } => super::groups::start(ctx, partition, req),
         ShardOp::SetConfig { topic, config } => Box::pin(async move {
             for (_, p) in ctx.topic_partitions(&topic) {
                 p.set_config(config.clone());

@@ -69,6 +69,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         .unwrap_or(1);
     let catalog = CatalogStore::open(&config.data_dir.join("strata.meta"))?;
     reassign_orphans(&catalog, nr_shards)?;
+    super::groups::ensure_offsets_topic(&catalog, config.offsets_topic_num_partitions, nr_shards)?;
     let shared = Arc::new(Shared {
         config,
         nr_shards,
@@ -193,6 +194,9 @@ async fn shard_main(
         }
     }
 
+    // Committed offsets and group metadata are rebuilt before this shard serves groups.
+    super::groups::load(&ctx).await;
+
     let listener = match glommio::net::TcpListener::bind(shared.config.listen.as_str()) {
         Ok(l) => l,
         Err(e) => {
@@ -207,6 +211,7 @@ async fn shard_main(
     let _ = ready_tx.send(Ok(()));
 
     let retention = glommio::spawn_local(retention_loop(ctx.clone())).detach();
+    let group_ticker = glommio::spawn_local(super::groups::ticker(ctx.clone())).detach();
     let acceptor = glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener)).detach();
 
     // Wait for the stop signal from the main thread.
@@ -222,6 +227,7 @@ async fn shard_main(
         futures_lite::future::or(notified, glommio::timer::sleep(Duration::from_millis(100))).await;
     }
     retention.cancel();
+    group_ticker.cancel();
     for (topic, i, p) in ctx.all_partitions() {
         if let Err(e) = p.close().await {
             error!("closing {topic}-{i}: {e}");

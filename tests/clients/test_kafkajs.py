@@ -1,5 +1,5 @@
-"""kafkajs 2.2.4 (Node) producer/admin; the log is read back with librdkafka (no group-less
-consumer exists in kafkajs, and consumer groups are not implemented in the broker yet)."""
+"""kafkajs 2.2.4 (Node) producer/admin; the log is read back with librdkafka (kafkajs has no
+group-less consumer; its group consumer is tested in test_groups.py)."""
 
 from __future__ import annotations
 

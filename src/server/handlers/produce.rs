@@ -43,6 +43,10 @@ pub async fn handle(
                 Source::Error(ErrorCode::InvalidRequiredAcks)
             } else if transactional {
                 Source::Error(ErrorCode::TransactionalIdAuthorizationFailed)
+            } else if name == crate::group::OFFSETS_TOPIC {
+                // Only the group coordinator writes its internal topic (Kafka: "Cannot append
+                // to internal topic").
+                Source::Error(ErrorCode::InvalidTopicException)
             } else {
                 match meta.and_then(|m| {
                     usize::try_from(p.index)

@@ -1,0 +1,165 @@
+//! OffsetFetch: v0-v7 ask about one group, v8+ about several (each routed to its own
+//! coordinator). `topics: null` means every committed offset of the group.
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_fetch_response::*;
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
+
+use super::{str_bytes, topic_name};
+use crate::group::FetchedOffset;
+use crate::protocol::error::ErrorCode;
+use crate::shard::groups::{call_group, GroupReply, GroupRequest};
+use crate::shard::ShardCtx;
+
+async fn fetch(
+    ctx: &Rc<ShardCtx>,
+    group_id: &str,
+    partitions: Option<Vec<(String, i32)>>,
+) -> Result<Vec<FetchedOffset>, ErrorCode> {
+    let req = GroupRequest::Fetch {
+        group_id: group_id.to_string(),
+        partitions,
+    };
+    match call_group(ctx, group_id, req).await {
+        GroupReply::Fetch(r) => Ok(r),
+        GroupReply::Error(e) => Err(e),
+        _ => Err(ErrorCode::UnknownServerError),
+    }
+}
+
+/// Groups offsets by topic, keeping the order of first appearance.
+fn by_topic(offsets: Vec<FetchedOffset>) -> Vec<(String, Vec<FetchedOffset>)> {
+    let mut order: Vec<String> = Vec::new();
+    let mut map: BTreeMap<String, Vec<FetchedOffset>> = BTreeMap::new();
+    for o in offsets {
+        if !map.contains_key(&o.topic) {
+            order.push(o.topic.clone());
+        }
+        map.entry(o.topic.clone()).or_default().push(o);
+    }
+    order
+        .into_iter()
+        .map(|t| {
+            let v = map.remove(&t).unwrap_or_default();
+            (t, v)
+        })
+        .collect()
+}
+
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    version: i16,
+    req: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(req.groups.len());
+        for g in req.groups {
+            let group_id = g.group_id.0.to_string();
+            let partitions = g.topics.map(|ts| {
+                ts.iter()
+                    .flat_map(|t| {
+                        let name = t.name.0.to_string();
+                        t.partition_indexes.iter().map(move |p| (name.clone(), *p))
+                    })
+                    .collect()
+            });
+            let entry = match fetch(ctx, &group_id, partitions).await {
+                Ok(offsets) => OffsetFetchResponseGroup::default()
+                    .with_group_id(GroupId(str_bytes(&group_id)))
+                    .with_topics(
+                        by_topic(offsets)
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(topic_name(&t))
+                                    .with_partitions(
+                                        ps.into_iter()
+                                            .map(|o| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(o.partition)
+                                                    .with_committed_offset(o.offset)
+                                                    .with_committed_leader_epoch(o.leader_epoch)
+                                                    .with_metadata(
+                                                        o.metadata.as_deref().map(str_bytes),
+                                                    )
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                Err(e) => OffsetFetchResponseGroup::default()
+                    .with_group_id(GroupId(str_bytes(&group_id)))
+                    .with_error_code(e.code()),
+            };
+            groups.push(entry);
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let group_id = req.group_id.0.to_string();
+    let partitions = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .flat_map(|t| {
+                let name = t.name.0.to_string();
+                t.partition_indexes.iter().map(move |p| (name.clone(), *p))
+            })
+            .collect::<Vec<_>>()
+    });
+    match fetch(ctx, &group_id, partitions.clone()).await {
+        Ok(offsets) => OffsetFetchResponse::default().with_topics(
+            by_topic(offsets)
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic_name(&t))
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|o| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(o.partition)
+                                        .with_committed_offset(o.offset)
+                                        .with_committed_leader_epoch(o.leader_epoch)
+                                        .with_metadata(o.metadata.as_deref().map(str_bytes))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+        Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
+        Err(e) => {
+            // v0-v1 have no top-level error: every requested partition carries it.
+            let offsets = partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(topic, partition)| FetchedOffset {
+                    topic,
+                    partition,
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: None,
+                })
+                .collect();
+            OffsetFetchResponse::default().with_topics(
+                by_topic(offsets)
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|o| {
+                                        OffsetFetchResponsePartition::default()
+                                            .with_partition_index(o.partition)
+                                            .with_committed_offset(-1)
+                                            .with_error_code(e.code())
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            )
+        }
+    }
+}

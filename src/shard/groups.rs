@@ -1,0 +1,572 @@
+//! The I/O around the group coordinator on one shard.
+//!
+//! Each shard runs one [`crate::group::Coordinator`] for the groups whose `__consumer_offsets`
+//! partition it owns. Requests for a group arrive here as `ShardOp::Group` (from any shard,
+//! over the mesh) and this module:
+//! - keeps the answers of deferred requests (JoinGroup, SyncGroup) as oneshot senders keyed
+//!   by `RequestId` until the state machine emits them;
+//! - appends the records the state machine asks for to the local `__consumer_offsets`
+//!   partition, and acknowledges an OffsetCommit only after `wait_durable` of its batch (the
+//!   same flush policy as produce); the offsets become visible only then;
+//! - replays this shard's `__consumer_offsets` partitions at start-up before any group request
+//!   is served (until then: COORDINATOR_LOAD_IN_PROGRESS);
+//! - runs one ticker task advancing the coordinator's timers.
+//!
+//! RefCell borrows of the coordinator are confined to small synchronous blocks; none is held
+//! across an `.await`.
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tracing::{info, warn};
+
+use super::mesh::call;
+use super::ops::{ShardOp, ShardReply};
+use super::{now_ms, ShardCtx};
+use crate::group::{
+    CommitArgs, Coordinator, ErrorCode, FetchedOffset, GroupDescription, GroupListing,
+    HeartbeatArgs, JoinArgs, JoinResult, LeaveMember, LeaveResult, LogRecord, Output, RequestId,
+    SyncArgs, SyncResult, OFFSETS_TOPIC,
+};
+use crate::storage::Partition;
+
+/// How often the coordinator's timers advance; session and rebalance timeouts are seconds,
+/// so 100 ms is precise enough and cheap.
+const TICK_MS: u64 = 100;
+
+/// JoinGroup/SyncGroup answers one shard may hold at once; past it new ones are refused with
+/// COORDINATOR_NOT_AVAILABLE (the client retries).
+const PENDING_REQUESTS_MAX: usize = 100_000;
+
+/// segment.bytes of `__consumer_offsets` (it is also the preallocated extent per partition).
+const OFFSETS_SEGMENT_BYTES: u64 = 1024 * 1024;
+
+/// Bytes read per step while replaying a partition.
+const LOAD_READ_BYTES: usize = 1024 * 1024;
+
+/// A request for the coordinator of one group (or, for `List`, of every group on a shard).
+/// Plain owned data so it can cross the mesh.
+pub enum GroupRequest {
+    Join(JoinArgs),
+    Sync(SyncArgs),
+    Heartbeat(HeartbeatArgs),
+    Leave {
+        group_id: String,
+        members: Vec<LeaveMember>,
+    },
+    Commit(CommitArgs),
+    Fetch {
+        group_id: String,
+        partitions: Option<Vec<(String, i32)>>,
+    },
+    Describe(String),
+    List {
+        states: Vec<String>,
+        types: Vec<String>,
+    },
+    Delete(String),
+    DeleteOffsets {
+        group_id: String,
+        partitions: Vec<(String, i32)>,
+    },
+}
+
+pub enum GroupReply {
+    Join(JoinResult),
+    Sync(SyncResult),
+    Heartbeat(Option<ErrorCode>),
+    Leave(LeaveResult),
+    /// Per offset in request order.
+    Commit(Vec<Option<ErrorCode>>),
+    Fetch(Vec<FetchedOffset>),
+    Describe(GroupDescription),
+    List(Vec<GroupListing>),
+    Delete(Option<ErrorCode>),
+    DeleteOffsets(Result<Vec<Option<ErrorCode>>, ErrorCode>),
+    /// The request could not be served at all (loading, shard unavailable, ...).
+    Error(ErrorCode),
+}
+
+/// One shard's coordinator and its pending answers.
+pub struct GroupShard {
+    coordinator: RefCell<Coordinator>,
+    waiters: RefCell<HashMap<RequestId, oneshot::Sender<GroupReply>>>,
+    next_request: Cell<RequestId>,
+    loaded: Cell<bool>,
+}
+
+impl GroupShard {
+    pub fn new(config: crate::group::GroupConfig) -> Self {
+        Self {
+            coordinator: RefCell::new(Coordinator::new(config)),
+            waiters: RefCell::new(HashMap::new()),
+            next_request: Cell::new(1),
+            loaded: Cell::new(false),
+        }
+    }
+
+    /// Registers a deferred answer; `None` if too many are pending.
+    fn register(&self) -> Option<(RequestId, oneshot::Receiver<GroupReply>)> {
+        let mut waiters = self.waiters.borrow_mut();
+        if waiters.len() >= PENDING_REQUESTS_MAX {
+            return None;
+        }
+        let id = self.next_request.get();
+        self.next_request.set(id.wrapping_add(1));
+        let (tx, rx) = oneshot::channel();
+        waiters.insert(id, tx);
+        Some((id, rx))
+    }
+}
+
+/// The shard and partition coordinating `group_id`, from the catalog.
+pub fn coordinator_for(ctx: &ShardCtx, group_id: &str) -> Option<(usize, i32)> {
+    let catalog = ctx.shared.catalog.load();
+    let topic = catalog.topic(OFFSETS_TOPIC)?;
+    let partition = crate::group::partition_for(group_id, topic.partitions.len() as i32);
+    let shard = topic
+        .partitions
+        .get(usize::try_from(partition).ok()?)?
+        .shard as usize;
+    Some((shard, partition))
+}
+
+/// Sends `req` to the coordinator of `group_id`, wherever it lives, and awaits its reply.
+pub async fn call_group(ctx: &Rc<ShardCtx>, group_id: &str, req: GroupRequest) -> GroupReply {
+    let Some((shard, partition)) = coordinator_for(ctx, group_id) else {
+        return GroupReply::Error(ErrorCode::CoordinatorNotAvailable);
+    };
+    match call(ctx, shard, ShardOp::Group { partition, req }).await {
+        ShardReply::Group(r) => r,
+        _ => GroupReply::Error(ErrorCode::CoordinatorNotAvailable),
+    }
+}
+
+/// Every group on every shard (ListGroups).
+pub async fn list_all(
+    ctx: &Rc<ShardCtx>,
+    states: Vec<String>,
+    types: Vec<String>,
+) -> Result<Vec<GroupListing>, ErrorCode> {
+    let mut all = Vec::new();
+    for shard in 0..ctx.shared.nr_shards {
+        let req = GroupRequest::List {
+            states: states.clone(),
+            types: types.clone(),
+        };
+        match call(ctx, shard, ShardOp::Group { partition: -1, req }).await {
+            ShardReply::Group(GroupReply::List(l)) => all.extend(l),
+            ShardReply::Group(GroupReply::Error(e)) => return Err(e),
+            _ => return Err(ErrorCode::CoordinatorNotAvailable),
+        }
+    }
+    all.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    Ok(all)
+}
+
+/// Runs a group request on this (the owner) shard.
+pub fn start(
+    ctx: Rc<ShardCtx>,
+    partition: i32,
+    req: GroupRequest,
+) -> LocalBoxFuture<'static, ShardReply> {
+    Box::pin(async move { ShardReply::Group(serve(&ctx, partition, req).await) })
+}
+
+async fn serve(ctx: &Rc<ShardCtx>, partition: i32, req: GroupRequest) -> GroupReply {
+    let gs = &ctx.groups;
+    if !gs.loaded.get() {
+        return GroupReply::Error(ErrorCode::CoordinatorLoadInProgress);
+    }
+    let now = now_ms();
+    let mut out = Vec::new();
+    match req {
+        GroupRequest::Join(args) => {
+            let Some((id, rx)) = gs.register() else {
+                return GroupReply::Error(ErrorCode::CoordinatorNotAvailable);
+            };
+            gs.coordinator
+                .borrow_mut()
+                .handle_join(id, partition, args, now, &mut out);
+            run_outputs(ctx, out);
+            rx.await
+                .unwrap_or(GroupReply::Error(ErrorCode::CoordinatorNotAvailable))
+        }
+        GroupRequest::Sync(args) => {
+            let Some((id, rx)) = gs.register() else {
+                return GroupReply::Error(ErrorCode::CoordinatorNotAvailable);
+            };
+            gs.coordinator
+                .borrow_mut()
+                .handle_sync(id, args, now, &mut out);
+            run_outputs(ctx, out);
+            rx.await
+                .unwrap_or(GroupReply::Error(ErrorCode::CoordinatorNotAvailable))
+        }
+        GroupRequest::Heartbeat(args) => {
+            GroupReply::Heartbeat(gs.coordinator.borrow_mut().handle_heartbeat(args, now))
+        }
+        GroupRequest::Leave { group_id, members } => {
+            let r = gs
+                .coordinator
+                .borrow_mut()
+                .handle_leave(&group_id, members, now, &mut out);
+            run_outputs(ctx, out);
+            GroupReply::Leave(r)
+        }
+        GroupRequest::Commit(args) => commit(ctx, partition, args, now).await,
+        GroupRequest::Fetch {
+            group_id,
+            partitions,
+        } => GroupReply::Fetch(
+            gs.coordinator
+                .borrow()
+                .handle_offset_fetch(&group_id, partitions),
+        ),
+        GroupRequest::Describe(group_id) => {
+            GroupReply::Describe(gs.coordinator.borrow().describe(&group_id))
+        }
+        GroupRequest::List { states, types } => {
+            GroupReply::List(gs.coordinator.borrow().list(&states, &types))
+        }
+        GroupRequest::Delete(group_id) => {
+            let r = gs
+                .coordinator
+                .borrow_mut()
+                .handle_delete_group(&group_id, &mut out);
+            let waits = run_outputs(ctx, out);
+            if r.is_none() && !wait_all(waits).await {
+                return GroupReply::Delete(Some(ErrorCode::CoordinatorNotAvailable));
+            }
+            GroupReply::Delete(r)
+        }
+        GroupRequest::DeleteOffsets {
+            group_id,
+            partitions,
+        } => {
+            let r = gs
+                .coordinator
+                .borrow_mut()
+                .handle_offset_delete(&group_id, partitions, &mut out);
+            let waits = run_outputs(ctx, out);
+            if r.is_ok() && !wait_all(waits).await {
+                return GroupReply::DeleteOffsets(Err(ErrorCode::CoordinatorNotAvailable));
+            }
+            GroupReply::DeleteOffsets(r)
+        }
+    }
+}
+
+/// OffsetCommit: append, wait until durable, then make the offsets visible and answer.
+async fn commit(ctx: &Rc<ShardCtx>, partition: i32, args: CommitArgs, now: i64) -> GroupReply {
+    let group_id = args.group_id.clone();
+    let count = args.offsets.len();
+    let plan = ctx
+        .groups
+        .coordinator
+        .borrow_mut()
+        .handle_offset_commit(partition, args, now);
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => return GroupReply::Commit(vec![Some(e); count]),
+    };
+    if plan.records.is_empty() {
+        return GroupReply::Commit(plan.results);
+    }
+    let durable = match append(ctx, plan.partition, &plan.records) {
+        Some(wait) => wait.await,
+        None => false,
+    };
+    if !durable {
+        let failed = plan
+            .results
+            .iter()
+            .map(|r| Some(r.unwrap_or(ErrorCode::CoordinatorNotAvailable)))
+            .collect();
+        return GroupReply::Commit(failed);
+    }
+    ctx.groups
+        .coordinator
+        .borrow_mut()
+        .apply_commit(&group_id, plan.partition, plan.accepted, now);
+    GroupReply::Commit(plan.results)
+}
+
+type DurableWait = LocalBoxFuture<'static, bool>;
+
+async fn wait_all(waits: Vec<DurableWait>) -> bool {
+    let mut ok = true;
+    for w in waits {
+        ok &= w.await;
+    }
+    ok
+}
+
+/// Carries out the state machine's outputs: answers waiting requests and starts appends.
+/// Returns the durability waits of the appends (callers that must not answer before the
+/// records are durable await them; others let them run).
+fn run_outputs(ctx: &Rc<ShardCtx>, out: Vec<Output>) -> Vec<DurableWait> {
+    let mut waits = Vec::new();
+    for o in out {
+        match o {
+            Output::Join(id, r) => answer(ctx, id, GroupReply::Join(r)),
+            Output::Sync(id, r) => answer(ctx, id, GroupReply::Sync(r)),
+            Output::Append { partition, records } => {
+                if let Some(w) = append(ctx, partition, &records) {
+                    waits.push(w);
+                }
+            }
+        }
+    }
+    waits
+}
+
+fn answer(ctx: &ShardCtx, id: RequestId, reply: GroupReply) {
+    let tx = ctx.groups.waiters.borrow_mut().remove(&id);
+    if let Some(tx) = tx {
+        // The connection may have gone away; nothing to answer then.
+        let _ = tx.send(reply);
+    }
+}
+
+/// Encodes `records` as one batch and appends it to `__consumer_offsets`-`partition` now (so
+/// appends keep the order of the state machine's decisions); the returned future resolves
+/// once the batch is durable (`false` on failure).
+fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<DurableWait> {
+    let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
+        warn!(
+            partition,
+            "__consumer_offsets partition is not open on this shard"
+        );
+        return None;
+    };
+    let now = now_ms();
+    let batch = match encode_batch(records, now) {
+        Ok(b) => b,
+        Err(e) => {
+            warn!(partition, "cannot encode group records: {e}");
+            return None;
+        }
+    };
+    match p.append(batch, now) {
+        Ok(o) => {
+            let last = o.last_offset;
+            Some(Box::pin(async move {
+                match p.wait_durable(last).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        warn!(partition, "group records not durable: {e}");
+                        false
+                    }
+                }
+            }))
+        }
+        Err(e) => {
+            warn!(partition, "cannot append group records: {e}");
+            None
+        }
+    }
+}
+
+fn encode_batch(records: &[LogRecord], now: i64) -> Result<BytesMut, String> {
+    let recs: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // offset - sequence is constant so the encoder keeps one batch; the base
+            // sequence is -1 (no producer), as for any non-idempotent batch.
+            sequence: i as i32 - 1,
+            timestamp: now,
+            key: Some(r.key.clone()),
+            value: r.value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &recs, &options).map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+/// Replays every `__consumer_offsets` partition this shard owns into the coordinator, then
+/// opens it for requests. A record that does not decode is skipped with a warning: one bad
+/// record must not make every group of the partition unavailable.
+pub async fn load(ctx: &Rc<ShardCtx>) {
+    let catalog = ctx.shared.catalog.load();
+    let Some(topic) = catalog.topic(OFFSETS_TOPIC) else {
+        ctx.groups.loaded.set(true);
+        return;
+    };
+    let mine: Vec<i32> = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.shard as usize == ctx.id)
+        .map(|(i, _)| i as i32)
+        .collect();
+    let mut total = 0usize;
+    for partition in mine {
+        let p = match ctx.partition(OFFSETS_TOPIC, partition).await {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(e) => {
+                warn!(partition, "cannot open __consumer_offsets: {e}");
+                continue;
+            }
+        };
+        total += load_partition(ctx, partition, &p).await;
+        ctx.groups
+            .coordinator
+            .borrow_mut()
+            .finish_load(partition, now_ms());
+    }
+    let groups = ctx.groups.coordinator.borrow().group_count();
+    if total > 0 {
+        info!(
+            shard = ctx.id,
+            records = total,
+            groups,
+            "group coordinator loaded"
+        );
+    }
+    ctx.groups.loaded.set(true);
+}
+
+async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -> usize {
+    let mut offset = p.log_start_offset();
+    let end = p.high_watermark();
+    let mut count = 0;
+    while offset < end {
+        let read = match p.read(offset, LOAD_READ_BYTES).await {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(partition, offset, "cannot read __consumer_offsets: {e}");
+                break;
+            }
+        };
+        let mut data = BytesMut::new();
+        for c in &read.chunks {
+            data.extend_from_slice(c);
+        }
+        let mut data: Bytes = data.freeze();
+        let before = offset;
+        while !data.is_empty() {
+            let set = match RecordBatchDecoder::decode(&mut data) {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(
+                        partition,
+                        offset, "undecodable batch in __consumer_offsets: {e}"
+                    );
+                    // Skip past what we could not decode by moving to the next offset.
+                    offset += 1;
+                    break;
+                }
+            };
+            let now = now_ms();
+            let mut coordinator = ctx.groups.coordinator.borrow_mut();
+            for r in set.records {
+                offset = offset.max(r.offset + 1);
+                if r.control {
+                    continue;
+                }
+                let Some(key) = r.key else { continue };
+                if let Err(e) = coordinator.load_record(partition, &key, r.value.as_deref(), now) {
+                    warn!(partition, offset = r.offset, "skipping group record: {e}");
+                }
+                count += 1;
+            }
+        }
+        if offset == before {
+            // Nothing decodable at this position (e.g. an empty read): do not spin.
+            break;
+        }
+        glommio::yield_if_needed().await;
+    }
+    count
+}
+
+/// Advances the coordinator's timers every `TICK_MS` until the shard stops.
+pub async fn ticker(ctx: Rc<ShardCtx>) {
+    loop {
+        glommio::timer::sleep(Duration::from_millis(TICK_MS)).await;
+        if ctx.shutting_down.get() {
+            return;
+        }
+        if !ctx.groups.loaded.get() {
+            continue;
+        }
+        let mut out = Vec::new();
+        ctx.groups.coordinator.borrow_mut().tick(now_ms(), &mut out);
+        // Timer-driven records (group metadata, expired offsets) need no answer; their
+        // durability follows the partition's flush policy.
+        for w in run_outputs(&ctx, out) {
+            glommio::spawn_local(w).detach();
+        }
+    }
+}
+
+/// Creates `__consumer_offsets` in the catalog before the shards start, if it is missing, so
+/// every shard opens (and replays) its partitions like any other topic's.
+pub fn ensure_offsets_topic(
+    catalog: &crate::cluster::catalog::CatalogStore,
+    partitions: i32,
+    nr_shards: usize,
+) -> Result<(), crate::cluster::catalog::CatalogError> {
+    if catalog.load().topic(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    catalog
+        .update(|c| {
+            if c.topics.contains_key(OFFSETS_TOPIC) {
+                return Ok::<(), ()>(());
+            }
+            let mut load = c.shard_load(nr_shards);
+            let shards = crate::cluster::placement::place(&mut load, partitions as usize);
+            let mut configs = std::collections::BTreeMap::new();
+            // Kafka makes this topic compacted. Storage has no compaction yet, so instead the
+            // log keeps every record forever (time retention would drop live offsets) and
+            // replay takes the last write per key.
+            configs.insert("retention.ms".to_string(), "-1".to_string());
+            // Small segments: group records are small, and every partition preallocates
+            // one segment's extent at start (50 partitions x the 1 GiB default would
+            // reserve far too much disk for a topic most brokers barely use).
+            configs.insert(
+                "segment.bytes".to_string(),
+                OFFSETS_SEGMENT_BYTES.to_string(),
+            );
+            c.topics.insert(
+                OFFSETS_TOPIC.to_string(),
+                std::sync::Arc::new(crate::cluster::catalog::TopicMeta {
+                    name: OFFSETS_TOPIC.to_string(),
+                    id: uuid::Uuid::new_v4().as_u128(),
+                    partitions: shards
+                        .into_iter()
+                        .map(|shard| crate::cluster::catalog::PartitionMeta { shard })
+                        .collect(),
+                    configs,
+                }),
+            );
+            Ok(())
+        })?
+        .ok();
+    Ok(())
+}
