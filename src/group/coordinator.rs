@@ -844,14 +844,9 @@ impl Coordinator {
                         .iter()
                         .any(|s| s.eq_ignore_ascii_case(g.state.name()))
             })
-            .filter(|g| {
-                types.is_empty()
-                    || types.iter().any(|t| {
-                        // A classic group's type is "classic" in KIP-848 terms.
-                        t.eq_ignore_ascii_case("classic")
-                            || Some(t.as_str()) == g.protocol_type.as_deref()
-                    })
-            })
+            // KIP-848 group types: every group here is "classic" (a "consumer" filter asks
+            // for new-protocol groups, which this coordinator does not run).
+            .filter(|_| types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case("classic")))
             .map(|g| GroupListing {
                 group_id: g.id.clone(),
                 protocol_type: g.protocol_type.clone().unwrap_or_default(),

@@ -761,4 +761,9 @@ fn leave_errors_and_static_leave() {
     );
     assert_eq!(leave(&mut s, &m.member_id, Some("i1")), None);
     assert_eq!(s.c.group_state("g"), GroupState::Empty);
+    // ListGroups filters: by state, and by KIP-848 type (all groups here are "classic").
+    assert_eq!(s.c.list(&["Empty".into()], &[]).len(), 1);
+    assert_eq!(s.c.list(&["Stable".into()], &[]).len(), 0);
+    assert_eq!(s.c.list(&[], &["classic".into()]).len(), 1);
+    assert_eq!(s.c.list(&[], &["consumer".into()]).len(), 0);
 }
