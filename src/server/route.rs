@@ -64,11 +64,7 @@ pub async fn offsets(
             None => Vec::new(),
         });
     }
-    let failed = |e| OffsetResult {
-        error: Some(e),
-        timestamp: -1,
-        offset: -1,
-    };
+    let failed = OffsetResult::failed;
     slots
         .into_iter()
         .map(|slot| match slot {

@@ -115,6 +115,23 @@ pub struct OffsetResult {
     pub offset: i64,
 }
 
+impl OffsetResult {
+    pub fn failed(e: ErrorCode) -> Self {
+        Self {
+            error: Some(e),
+            timestamp: -1,
+            offset: -1,
+        }
+    }
+    pub fn ok(timestamp: i64, offset: i64) -> Self {
+        Self {
+            error: None,
+            timestamp,
+            offset,
+        }
+    }
+}
+
 pub enum ShardReply {
     Produce(Vec<ProduceResult>),
     Fetch(Vec<FetchResult>),
@@ -481,20 +498,12 @@ pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 
 async fn list_offset(ctx: &Rc<ShardCtx>, tp: &TopicPartition, ts: i64) -> OffsetResult {
-    let err = |e| OffsetResult {
-        error: Some(e),
-        timestamp: -1,
-        offset: -1,
-    };
+    let err = OffsetResult::failed;
     let p = match owned_partition(ctx, tp).await {
         Ok(p) => p,
         Err(e) => return err(e),
     };
-    let ok = |timestamp, offset| OffsetResult {
-        error: None,
-        timestamp,
-        offset,
-    };
+    let ok = OffsetResult::ok;
     match ts {
         LATEST_TIMESTAMP => ok(-1, p.high_watermark()),
         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => ok(-1, p.log_start_offset()),
@@ -512,11 +521,7 @@ async fn list_offset(ctx: &Rc<ShardCtx>, tp: &TopicPartition, ts: i64) -> Offset
 }
 
 async fn delete_records(ctx: &Rc<ShardCtx>, tp: &TopicPartition, offset: i64) -> OffsetResult {
-    let err = |e| OffsetResult {
-        error: Some(e),
-        timestamp: -1,
-        offset: -1,
-    };
+    let err = OffsetResult::failed;
     let p = match owned_partition(ctx, tp).await {
         Ok(p) => p,
         Err(e) => return err(e),
