@@ -164,6 +164,22 @@ async fn open_partitions(
     from: usize,
 ) -> Result<(), AdminError> {
     let config = ctx.shared.topic_log_config(&meta.configs);
+    for_each_owner(ctx, meta, from, |partitions| ShardOp::OpenPartitions {
+        topic: meta.name.clone(),
+        partitions,
+        config: config.clone(),
+    })
+    .await
+}
+
+/// Sends each shard that owns partitions of `meta` (from index `from` on) the op built
+/// from its partition list, and waits for every one to succeed.
+async fn for_each_owner(
+    ctx: &Rc<ShardCtx>,
+    meta: &TopicMeta,
+    from: usize,
+    make_op: impl Fn(Vec<i32>) -> ShardOp,
+) -> Result<(), AdminError> {
     for shard in 0..ctx.shared.nr_shards {
         let partitions: Vec<i32> = meta
             .partitions
@@ -176,12 +192,7 @@ async fn open_partitions(
         if partitions.is_empty() {
             continue;
         }
-        let op = ShardOp::OpenPartitions {
-            topic: meta.name.clone(),
-            partitions,
-            config: config.clone(),
-        };
-        match call(ctx, shard, op).await {
+        match call(ctx, shard, make_op(partitions)).await {
             ShardReply::Done(Ok(())) => {}
             ShardReply::Done(Err(e)) => {
                 return Err(AdminError::new(ErrorCode::KafkaStorageError, e))
@@ -218,39 +229,11 @@ pub async fn delete_topic(ctx: &Rc<ShardCtx>, name: &str) -> Result<Arc<TopicMet
             })
         })
         .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
-    for shard in 0..ctx.shared.nr_shards {
-        let partitions: Vec<i32> = meta
-            .partitions
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.shard as usize == shard)
-            .map(|(i, _)| i as i32)
-            .collect();
-        if partitions.is_empty() {
-            continue;
-        }
-        match call(
-            ctx,
-            shard,
-            ShardOp::DropPartitions {
-                topic: name.to_string(),
-                partitions,
-            },
-        )
-        .await
-        {
-            ShardReply::Done(Ok(())) => {}
-            ShardReply::Done(Err(e)) => {
-                return Err(AdminError::new(ErrorCode::KafkaStorageError, e))
-            }
-            _ => {
-                return Err(AdminError::new(
-                    ErrorCode::KafkaStorageError,
-                    format!("shard {shard} unavailable"),
-                ))
-            }
-        }
-    }
+    for_each_owner(ctx, &meta, 0, |partitions| ShardOp::DropPartitions {
+        topic: name.to_string(),
+        partitions,
+    })
+    .await?;
     Ok(meta)
 }
 
