@@ -22,6 +22,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
+use futures::FutureExt;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -314,10 +315,11 @@ async fn wait_all(waits: Vec<DurableWait>) -> bool {
 /// records are durable await them; others let them run).
 fn run_outputs(ctx: &Rc<ShardCtx>, out: Vec<Output>) -> Vec<DurableWait> {
     let mut waits = Vec::new();
+    let mut syncs = Vec::new();
     for o in out {
         match o {
             Output::Join(id, r) => answer(ctx, id, GroupReply::Join(r)),
-            Output::Sync(id, r) => answer(ctx, id, GroupReply::Sync(r)),
+            Output::Sync(id, r) => syncs.push((id, r)),
             Output::Append { partition, records } => {
                 if let Some(w) = append(ctx, partition, &records) {
                     waits.push(w);
@@ -325,7 +327,31 @@ fn run_outputs(ctx: &Rc<ShardCtx>, out: Vec<Output>) -> Vec<DurableWait> {
             }
         }
     }
-    waits
+    if waits.is_empty() || syncs.is_empty() {
+        for (id, r) in syncs {
+            answer(ctx, id, GroupReply::Sync(r));
+        }
+        return waits;
+    }
+    // As Kafka does, SyncGroup is answered only once the group metadata written with it is
+    // durable: a coordinator that crashes right after must not have handed out an
+    // assignment that it does not remember when it restarts.
+    let durable = wait_all(waits).boxed_local().shared();
+    let answers = durable.clone();
+    let ctx2 = ctx.clone();
+    glommio::spawn_local(async move {
+        let ok = answers.await;
+        for (id, r) in syncs {
+            let r = if ok {
+                r
+            } else {
+                SyncResult::error(ErrorCode::CoordinatorNotAvailable)
+            };
+            answer(&ctx2, id, GroupReply::Sync(r));
+        }
+    })
+    .detach();
+    vec![durable.boxed_local()]
 }
 
 fn answer(ctx: &ShardCtx, id: RequestId, reply: GroupReply) {
