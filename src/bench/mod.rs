@@ -204,6 +204,25 @@ impl Window {
     }
 }
 
+/// Reports on `meter` (progress line, histogram log) while `handles` run through `window`;
+/// returns the measured duration.
+fn measure(
+    common: &CommonArgs,
+    meter: &Meter,
+    handles: Vec<JoinHandle<anyhow::Result<()>>>,
+    stop: &AtomicBool,
+    window: &Window,
+) -> anyhow::Result<Duration> {
+    let reporter = Reporter::start(
+        vec![meter.clone()],
+        common.histogram_log.clone(),
+        window.measure_from,
+    )?;
+    let end = supervise(handles, stop, window)?;
+    reporter.finish()?;
+    Ok(end.saturating_duration_since(window.measure_from))
+}
+
 /// Waits for `handles`, setting `stop` when the window closes; returns when all are done.
 pub(crate) fn supervise(
     handles: Vec<JoinHandle<anyhow::Result<()>>>,
@@ -427,14 +446,7 @@ fn run_produce(common: &CommonArgs, p: &ProducerArgs) -> anyhow::Result<Summary>
         stop.clone(),
         None,
     )?;
-    let reporter = Reporter::start(
-        vec![meter.clone()],
-        common.histogram_log.clone(),
-        window.measure_from,
-    )?;
-    let end = supervise(handles, &stop, &window)?;
-    reporter.finish()?;
-    let duration = end.saturating_duration_since(window.measure_from);
+    let duration = measure(common, &meter, handles, &stop, &window)?;
     Ok(Summary::new(
         "produce",
         common.label.clone(),
@@ -476,14 +488,7 @@ fn run_consume(
         stop.clone(),
         None,
     )?;
-    let reporter = Reporter::start(
-        vec![meter.clone()],
-        common.histogram_log.clone(),
-        window.measure_from,
-    )?;
-    let end = supervise(handles, &stop, &window)?;
-    reporter.finish()?;
-    let duration = end.saturating_duration_since(window.measure_from);
+    let duration = measure(common, &meter, handles, &stop, &window)?;
     let config = serde_json::json!({
         "bootstrap": common.bootstrap, "topic": common.topic, "partitions": topic.partitions.len(),
         "consumers": c.consumers, "from": format!("{from:?}"), "offset": offset, "drain": drain,

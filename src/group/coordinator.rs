@@ -134,6 +134,16 @@ impl Group {
         self.state_timestamp_ms = now_ms;
     }
 
+    /// The error a request from `member_id` (with `instance_id`) gets before any other check:
+    /// a dead group has no coordinator, and an old incarnation of a static member is fenced.
+    fn access_error(&self, instance_id: Option<&str>, member_id: &str) -> Option<ErrorCode> {
+        if self.state == GroupState::Dead {
+            return Some(ErrorCode::CoordinatorNotAvailable);
+        }
+        self.is_static_member_fenced(instance_id, member_id)
+            .then_some(ErrorCode::FencedInstanceId)
+    }
+
     fn is_static_member_fenced(&self, instance_id: Option<&str>, member_id: &str) -> bool {
         instance_id
             .and_then(|i| self.static_members.get(i))
@@ -428,11 +438,8 @@ impl Coordinator {
         let Some(group) = self.groups.get_mut(&args.group_id) else {
             return reply(out, ErrorCode::UnknownMemberId);
         };
-        if group.state == GroupState::Dead {
-            return reply(out, ErrorCode::CoordinatorNotAvailable);
-        }
-        if group.is_static_member_fenced(args.group_instance_id.as_deref(), &args.member_id) {
-            return reply(out, ErrorCode::FencedInstanceId);
+        if let Some(e) = group.access_error(args.group_instance_id.as_deref(), &args.member_id) {
+            return reply(out, e);
         }
         if !group.members.contains_key(&args.member_id) {
             return reply(out, ErrorCode::UnknownMemberId);
@@ -505,11 +512,8 @@ impl Coordinator {
         let Some(group) = self.groups.get_mut(&args.group_id) else {
             return Some(ErrorCode::UnknownMemberId);
         };
-        if group.state == GroupState::Dead {
-            return Some(ErrorCode::CoordinatorNotAvailable);
-        }
-        if group.is_static_member_fenced(args.group_instance_id.as_deref(), &args.member_id) {
-            return Some(ErrorCode::FencedInstanceId);
+        if let Some(e) = group.access_error(args.group_instance_id.as_deref(), &args.member_id) {
+            return Some(e);
         }
         let state = group.state;
         let generation = group.generation;
@@ -630,11 +634,8 @@ impl Coordinator {
         let Some(group) = self.groups.get_mut(&args.group_id) else {
             return Err(ErrorCode::CoordinatorNotAvailable);
         };
-        if group.state == GroupState::Dead {
-            return Err(ErrorCode::CoordinatorNotAvailable);
-        }
-        if group.is_static_member_fenced(args.group_instance_id.as_deref(), &args.member_id) {
-            return Err(ErrorCode::FencedInstanceId);
+        if let Some(e) = group.access_error(args.group_instance_id.as_deref(), &args.member_id) {
+            return Err(e);
         }
         let simple = args.generation_id < 0 && group.state == GroupState::Empty;
         if !simple {

@@ -77,3 +77,29 @@ pub async fn offsets(
         })
         .collect()
 }
+
+/// `offsets` for requests shaped as topics of `(partition, argument)`; the results come back
+/// in the same shape.
+pub async fn offsets_by_topic(
+    ctx: &Rc<ShardCtx>,
+    op: OffsetOp,
+    topics: Vec<(String, Vec<(i32, i64)>)>,
+) -> Vec<Vec<OffsetResult>> {
+    let sizes: Vec<usize> = topics.iter().map(|(_, ps)| ps.len()).collect();
+    let items = topics
+        .into_iter()
+        .flat_map(|(name, ps)| ps.into_iter().map(move |(p, arg)| (name.clone(), p, arg)))
+        .collect();
+    let mut flat = offsets(ctx, op, items).await.into_iter();
+    sizes
+        .into_iter()
+        .map(|n| {
+            (0..n)
+                .map(|_| {
+                    flat.next()
+                        .unwrap_or_else(|| OffsetResult::failed(ErrorCode::UnknownServerError))
+                })
+                .collect()
+        })
+        .collect()
+}

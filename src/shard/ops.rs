@@ -130,6 +130,10 @@ impl OffsetResult {
             offset,
         }
     }
+    /// The wire error code (0 for success).
+    pub fn code(&self) -> i16 {
+        self.error.map(|e| e.code()).unwrap_or(0)
+    }
 }
 
 pub enum ShardReply {

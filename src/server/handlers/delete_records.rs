@@ -5,7 +5,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::delete_records_response::*;
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use crate::server::route::{offsets, OffsetOp};
+use crate::server::route::{offsets_by_topic, OffsetOp};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
@@ -13,36 +13,34 @@ pub async fn handle(
     _version: i16,
     req: DeleteRecordsRequest,
 ) -> DeleteRecordsResponse {
-    let items = req
+    let wanted = req
         .topics
         .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(move |p| (t.name.0.to_string(), p.partition_index, p.offset))
+        .map(|t| {
+            (
+                t.name.0.to_string(),
+                t.partitions
+                    .iter()
+                    .map(|p| (p.partition_index, p.offset))
+                    .collect(),
+            )
         })
         .collect();
-    let mut results = offsets(ctx, OffsetOp::DeleteRecords, items)
-        .await
-        .into_iter();
+    let results = offsets_by_topic(ctx, OffsetOp::DeleteRecords, wanted).await;
     let topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .zip(results)
+        .map(|(t, rs)| {
             let partitions = t
                 .partitions
                 .iter()
-                .map(|p| {
-                    let r = results.next();
+                .zip(rs)
+                .map(|(p, r)| {
                     DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(
-                            r.as_ref()
-                                .and_then(|r| r.error)
-                                .map(|e| e.code())
-                                .unwrap_or(0),
-                        )
-                        .with_low_watermark(r.as_ref().map(|r| r.offset).unwrap_or(-1))
+                        .with_error_code(r.code())
+                        .with_low_watermark(r.offset)
                 })
                 .collect();
             DeleteRecordsTopicResult::default()

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::list_offsets_response::*;
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use crate::server::route::{offsets, OffsetOp};
+use crate::server::route::{offsets_by_topic, OffsetOp};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
@@ -13,35 +13,35 @@ pub async fn handle(
     version: i16,
     req: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
-    let items = req
+    let wanted = req
         .topics
         .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(move |p| (t.name.0.to_string(), p.partition_index, p.timestamp))
+        .map(|t| {
+            (
+                t.name.0.to_string(),
+                t.partitions
+                    .iter()
+                    .map(|p| (p.partition_index, p.timestamp))
+                    .collect(),
+            )
         })
         .collect();
-    let mut results = offsets(ctx, OffsetOp::ListOffsets, items).await.into_iter();
+    let results = offsets_by_topic(ctx, OffsetOp::ListOffsets, wanted).await;
     let topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .zip(results)
+        .map(|(t, rs)| {
             let partitions = t
                 .partitions
                 .iter()
-                .map(|p| {
-                    let r = results.next();
+                .zip(rs)
+                .map(|(p, r)| {
                     ListOffsetsPartitionResponse::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(
-                            r.as_ref()
-                                .and_then(|r| r.error)
-                                .map(|e| e.code())
-                                .unwrap_or(0),
-                        )
-                        .with_timestamp(r.as_ref().map(|r| r.timestamp).unwrap_or(-1))
-                        .with_offset(r.as_ref().map(|r| r.offset).unwrap_or(-1))
+                        .with_error_code(r.code())
+                        .with_timestamp(r.timestamp)
+                        .with_offset(r.offset)
                         // Leader epochs exist on the wire from v4 on.
                         .with_leader_epoch(if version >= 4 { 0 } else { -1 })
                 })

@@ -29,6 +29,36 @@ async fn fetch(
 }
 
 /// Groups offsets by topic, keeping the order of first appearance.
+/// Response topics for `offsets`, grouped by topic in first-seen order; with `error`, every
+/// partition carries it instead of a committed offset.
+fn topics_response(
+    offsets: Vec<FetchedOffset>,
+    error: Option<ErrorCode>,
+) -> Vec<OffsetFetchResponseTopic> {
+    by_topic(offsets)
+        .into_iter()
+        .map(|(t, ps)| {
+            OffsetFetchResponseTopic::default()
+                .with_name(topic_name(&t))
+                .with_partitions(
+                    ps.into_iter()
+                        .map(|o| {
+                            let p = OffsetFetchResponsePartition::default()
+                                .with_partition_index(o.partition)
+                                .with_committed_offset(o.offset);
+                            match error {
+                                Some(e) => p.with_error_code(e.code()),
+                                None => p
+                                    .with_committed_leader_epoch(o.leader_epoch)
+                                    .with_metadata(o.metadata.as_deref().map(str_bytes)),
+                            }
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
 fn by_topic(offsets: Vec<FetchedOffset>) -> Vec<(String, Vec<FetchedOffset>)> {
     let mut order: Vec<String> = Vec::new();
     let mut map: BTreeMap<String, Vec<FetchedOffset>> = BTreeMap::new();
@@ -107,26 +137,7 @@ pub async fn handle(
             .collect::<Vec<_>>()
     });
     match fetch(ctx, &group_id, partitions.clone()).await {
-        Ok(offsets) => OffsetFetchResponse::default().with_topics(
-            by_topic(offsets)
-                .into_iter()
-                .map(|(t, ps)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(topic_name(&t))
-                        .with_partitions(
-                            ps.into_iter()
-                                .map(|o| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(o.partition)
-                                        .with_committed_offset(o.offset)
-                                        .with_committed_leader_epoch(o.leader_epoch)
-                                        .with_metadata(o.metadata.as_deref().map(str_bytes))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
+        Ok(offsets) => OffsetFetchResponse::default().with_topics(topics_response(offsets, None)),
         Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => {
             // v0-v1 have no top-level error: every requested partition carries it.
@@ -141,25 +152,7 @@ pub async fn handle(
                     metadata: None,
                 })
                 .collect();
-            OffsetFetchResponse::default().with_topics(
-                by_topic(offsets)
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        OffsetFetchResponseTopic::default()
-                            .with_name(topic_name(&t))
-                            .with_partitions(
-                                ps.into_iter()
-                                    .map(|o| {
-                                        OffsetFetchResponsePartition::default()
-                                            .with_partition_index(o.partition)
-                                            .with_committed_offset(-1)
-                                            .with_error_code(e.code())
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect(),
-            )
+            OffsetFetchResponse::default().with_topics(topics_response(offsets, Some(e)))
         }
     }
 }
