@@ -59,6 +59,10 @@ pub struct Catalog {
     /// broker), in Kafka's broker names; they override the config file.
     #[serde(default)]
     pub broker_configs: BTreeMap<String, String>,
+    /// Topic id -> name, derived from `topics` whenever a catalog is published, so Fetch
+    /// v13+ (which names topics by id) resolves them without scanning every topic.
+    #[serde(skip)]
+    ids: std::collections::HashMap<u128, String>,
 }
 
 impl Catalog {
@@ -66,7 +70,15 @@ impl Catalog {
         self.topics.get(name)
     }
     pub fn topic_by_id(&self, id: u128) -> Option<&Arc<TopicMeta>> {
-        self.topics.values().find(|t| t.id == id)
+        self.ids.get(&id).and_then(|name| self.topics.get(name))
+    }
+    /// Rebuilds the derived id index; called before a catalog is published.
+    fn reindex(&mut self) {
+        self.ids = self
+            .topics
+            .values()
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
     }
     /// Partitions each shard owns, for balanced placement.
     pub fn shard_load(&self, nr_shards: usize) -> Vec<usize> {
@@ -117,7 +129,10 @@ impl CatalogStore {
         let next = catalog.producer_id_block_end.max(0);
         let store = Self {
             path,
-            current: ArcSwap::from_pointee(catalog),
+            current: ArcSwap::from_pointee({
+                catalog.reindex();
+                catalog
+            }),
             write: Mutex::new(()),
             next_producer_id: AtomicI64::new(next),
         };
@@ -149,6 +164,7 @@ impl CatalogStore {
             Err(e) => return Ok(Err(e)),
         };
         self.persist(&next)?;
+        next.reindex();
         self.current.store(Arc::new(next));
         Ok(Ok(value))
     }
