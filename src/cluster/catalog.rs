@@ -27,10 +27,65 @@ pub enum CatalogError {
     Corrupt { path: PathBuf, message: String },
 }
 
+/// One partition's replica set and leadership, as the controller records it (Kafka's
+/// PartitionRecord / PartitionChangeRecord state).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PartitionMeta {
-    /// The shard of this broker that owns the partition.
-    pub shard: u32,
+    /// Assigned replicas (AR) by node id, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The shard that owns the partition on each replica's broker, parallel to `replicas`.
+    pub shards: Vec<u32>,
+    /// In-sync replicas, a subset of `replicas`.
+    pub isr: Vec<i32>,
+    /// Leader node id, or -1 when no replica may lead (offline).
+    pub leader: i32,
+    /// Bumped on every leader change; stamped into the batches the leader writes.
+    pub leader_epoch: i32,
+    /// Bumped on every change of this record (ISR, replicas, leader); AlterPartition
+    /// requests carry it so stale ones are refused.
+    pub partition_epoch: i32,
+    /// Replicas being added / removed by an ongoing reassignment (KIP-455).
+    #[serde(default)]
+    pub adding: Vec<i32>,
+    #[serde(default)]
+    pub removing: Vec<i32>,
+}
+
+impl PartitionMeta {
+    /// A partition with one replica, on `node`'s `shard`, led by it at epoch 0.
+    pub fn single(node: i32, shard: u32) -> Self {
+        Self {
+            replicas: vec![node],
+            shards: vec![shard],
+            isr: vec![node],
+            leader: node,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
+        }
+    }
+    /// The shard owning this partition on `node`, if `node` holds a replica.
+    pub fn shard_of(&self, node: i32) -> Option<u32> {
+        self.replicas
+            .iter()
+            .position(|r| *r == node)
+            .and_then(|i| self.shards.get(i).copied())
+    }
+}
+
+/// A registered broker, as the controller records it (RegisterBrokerRecord).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BrokerMeta {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    #[serde(default)]
+    pub rack: Option<String>,
+    /// Shards (cores) the broker runs; partitions are placed on them.
+    pub shards: u32,
+    /// A fenced broker missed its heartbeats: it leads nothing and is out of every ISR.
+    pub fenced: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -59,6 +114,12 @@ pub struct Catalog {
     /// broker), in Kafka's broker names; they override the config file.
     #[serde(default)]
     pub broker_configs: BTreeMap<String, String>,
+    /// Registered brokers by node id.
+    #[serde(default)]
+    pub brokers: BTreeMap<i32, BrokerMeta>,
+    /// This broker's node id; set locally, never replicated.
+    #[serde(skip)]
+    pub local_node: i32,
     /// Topic id -> name, derived from `topics` whenever a catalog is published, so Fetch
     /// v13+ (which names topics by id) resolves them without scanning every topic.
     #[serde(skip)]
@@ -80,17 +141,24 @@ impl Catalog {
             .map(|t| (t.id, t.name.clone()))
             .collect();
     }
-    /// Partitions each shard owns, for balanced placement.
+    /// Partitions each shard of this broker owns, for balanced placement.
     pub fn shard_load(&self, nr_shards: usize) -> Vec<usize> {
         let mut load = vec![0; nr_shards];
         for t in self.topics.values() {
             for p in &t.partitions {
-                if let Some(l) = load.get_mut(p.shard as usize) {
+                if let Some(l) = p
+                    .shard_of(self.local_node)
+                    .and_then(|s| load.get_mut(s as usize))
+                {
                     *l += 1;
                 }
             }
         }
         load
+    }
+    /// The shard of this broker owning `pm`, if this broker holds a replica.
+    pub fn local_shard(&self, pm: &PartitionMeta) -> Option<u32> {
+        pm.shard_of(self.local_node)
     }
 }
 
@@ -107,7 +175,7 @@ const CATALOG_FILE: &str = "catalog.json";
 
 impl CatalogStore {
     /// Loads the catalog from `meta_dir`, or starts an empty one.
-    pub fn open(meta_dir: &Path) -> Result<Self, CatalogError> {
+    pub fn open(meta_dir: &Path, local_node: i32) -> Result<Self, CatalogError> {
         std::fs::create_dir_all(meta_dir).map_err(|source| CatalogError::Io {
             path: meta_dir.into(),
             source,
@@ -123,6 +191,7 @@ impl CatalogStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Catalog::default(),
             Err(source) => return Err(CatalogError::Io { path, source }),
         };
+        catalog.local_node = local_node;
         if catalog.cluster_id.is_empty() {
             catalog.cluster_id = uuid::Uuid::new_v4().simple().to_string();
         }
@@ -228,14 +297,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let first;
         {
-            let s = CatalogStore::open(dir.path()).expect("open");
+            let s = CatalogStore::open(dir.path(), 0).expect("open");
             s.update(|c| {
                 c.topics.insert(
                     "t".into(),
                     Arc::new(TopicMeta {
                         name: "t".into(),
                         id: 7,
-                        partitions: vec![PartitionMeta { shard: 0 }],
+                        partitions: vec![PartitionMeta::single(0, 0)],
                         configs: BTreeMap::new(),
                     }),
                 );
@@ -245,7 +314,7 @@ mod tests {
             .expect("change");
             first = s.allocate_producer_id().expect("id");
         }
-        let s = CatalogStore::open(dir.path()).expect("reopen");
+        let s = CatalogStore::open(dir.path(), 0).expect("reopen");
         assert!(s.load().topic("t").is_some());
         assert!(s.allocate_producer_id().expect("id") > first);
     }

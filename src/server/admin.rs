@@ -145,7 +145,7 @@ pub async fn create_topic(
                 id: uuid::Uuid::new_v4().as_u128(),
                 partitions: shards
                     .into_iter()
-                    .map(|shard| PartitionMeta { shard })
+                    .map(|shard| PartitionMeta::single(c.local_node, shard))
                     .collect(),
                 configs,
             });
@@ -180,13 +180,14 @@ async fn for_each_owner(
     from: usize,
     make_op: impl Fn(Vec<i32>) -> ShardOp,
 ) -> Result<(), AdminError> {
+    let local = ctx.shared.config.node_id;
     for shard in 0..ctx.shared.nr_shards {
         let partitions: Vec<i32> = meta
             .partitions
             .iter()
             .enumerate()
             .skip(from)
-            .filter(|(_, p)| p.shard as usize == shard)
+            .filter(|(_, p)| p.shard_of(local) == Some(shard as u32))
             .map(|(i, _)| i as i32)
             .collect();
         if partitions.is_empty() {
@@ -273,6 +274,7 @@ pub async fn add_partitions(
         return Ok(());
     }
     let nr_shards = ctx.shared.nr_shards;
+    let local = ctx.shared.config.node_id;
     let meta = update_topic(
         ctx,
         name,
@@ -281,7 +283,7 @@ pub async fn add_partitions(
             t.partitions.extend(
                 place(load, add)
                     .into_iter()
-                    .map(|shard| PartitionMeta { shard }),
+                    .map(|shard| PartitionMeta::single(local, shard)),
             );
         },
         nr_shards,

@@ -33,7 +33,8 @@ pub async fn offsets(
                     .ok()
                     .and_then(|i| m.partitions.get(i))
             })
-            .map(|p| (p.shard as usize).min(nr.saturating_sub(1)));
+            .and_then(|p| catalog.local_shard(p))
+            .map(|s| (s as usize).min(nr.saturating_sub(1)));
         slots.push(match shard {
             None => Err(ErrorCode::UnknownTopicOrPartition),
             Some(s) => {

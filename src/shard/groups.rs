@@ -132,10 +132,8 @@ pub fn coordinator_for(ctx: &ShardCtx, group_id: &str) -> Option<(usize, i32)> {
     let catalog = ctx.shared.catalog.load();
     let topic = catalog.topic(OFFSETS_TOPIC)?;
     let partition = crate::group::partition_for(group_id, topic.partitions.len() as i32);
-    let shard = topic
-        .partitions
-        .get(usize::try_from(partition).ok()?)?
-        .shard as usize;
+    let shard =
+        catalog.local_shard(topic.partitions.get(usize::try_from(partition).ok()?)?)? as usize;
     Some((shard, partition))
 }
 
@@ -445,7 +443,7 @@ pub async fn load(ctx: &Rc<ShardCtx>) {
         .partitions
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.shard as usize == ctx.id)
+        .filter(|(_, p)| catalog.local_shard(p) == Some(ctx.id as u32))
         .map(|(i, _)| i as i32)
         .collect();
     let mut total = 0usize;
@@ -586,7 +584,9 @@ pub fn ensure_offsets_topic(
                     id: uuid::Uuid::new_v4().as_u128(),
                     partitions: shards
                         .into_iter()
-                        .map(|shard| crate::cluster::catalog::PartitionMeta { shard })
+                        .map(|shard| {
+                            crate::cluster::catalog::PartitionMeta::single(c.local_node, shard)
+                        })
                         .collect(),
                     configs,
                 }),

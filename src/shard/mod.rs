@@ -130,7 +130,7 @@ impl ShardCtx {
         else {
             return Ok(None);
         };
-        if pm.shard as usize != self.id {
+        if catalog.local_shard(pm) != Some(self.id as u32) {
             return Ok(None);
         }
         let config = self.shared.topic_log_config(&meta.configs);

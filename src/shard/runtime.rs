@@ -67,7 +67,7 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let catalog = CatalogStore::open(&config.data_dir.join("strata.meta"))?;
+    let catalog = CatalogStore::open(&config.data_dir.join("strata.meta"), config.node_id)?;
     reassign_orphans(&catalog, nr_shards)?;
     super::groups::ensure_offsets_topic(&catalog, config.offsets_topic_num_partitions, nr_shards)?;
     let shared = Arc::new(Shared {
@@ -123,11 +123,12 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
 /// Partitions whose recorded shard no longer exists (the broker restarted with fewer
 /// shards) are placed again, explicitly, and the new placement is recorded.
 fn reassign_orphans(catalog: &CatalogStore, nr_shards: usize) -> Result<(), StartError> {
-    let needs = catalog
-        .load()
-        .topics
-        .values()
-        .any(|t| t.partitions.iter().any(|p| p.shard as usize >= nr_shards));
+    let local = catalog.load().local_node;
+    let needs = catalog.load().topics.values().any(|t| {
+        t.partitions
+            .iter()
+            .any(|p| p.shard_of(local).is_some_and(|s| s as usize >= nr_shards))
+    });
     if !needs {
         return Ok(());
     }
@@ -141,13 +142,18 @@ fn reassign_orphans(catalog: &CatalogStore, nr_shards: usize) -> Result<(), Star
                 };
                 let mut t = (**t).clone();
                 for p in t.partitions.iter_mut() {
-                    if p.shard as usize >= nr_shards {
+                    let Some(i) = p.replicas.iter().position(|r| *r == local) else {
+                        continue;
+                    };
+                    let Some(old) = p.shards.get_mut(i) else {
+                        continue;
+                    };
+                    if *old as usize >= nr_shards {
                         if let Some(s) = crate::cluster::placement::place(&mut load, 1).first() {
                             warn!(
-                                "partition of {name} moves from missing shard {} to shard {s}",
-                                p.shard
+                                "partition of {name} moves from missing shard {old} to shard {s}"
                             );
-                            p.shard = *s;
+                            *old = *s;
                         }
                     }
                 }
@@ -181,7 +187,7 @@ async fn shard_main(
     for topic in catalog.topics.values() {
         let config = shared.topic_log_config(&topic.configs);
         for (i, p) in topic.partitions.iter().enumerate() {
-            if p.shard as usize != shard {
+            if catalog.local_shard(p) != Some(shard as u32) {
                 continue;
             }
             if let Err(e) = ctx

@@ -98,8 +98,12 @@ fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest) -> Vec<WantedTopic>
                             .and_then(|i| m.partitions.get(i))
                         {
                             None => Err(ErrorCode::UnknownTopicOrPartition),
+                            Some(pm) if catalog.local_shard(pm).is_none() => {
+                                Err(ErrorCode::NotLeaderOrFollower)
+                            }
                             Some(pm) => Ok((
-                                (pm.shard as usize).min(nr_shards.saturating_sub(1)),
+                                (catalog.local_shard(pm).unwrap_or(0) as usize)
+                                    .min(nr_shards.saturating_sub(1)),
                                 TopicPartition {
                                     topic: m.name.clone(),
                                     partition: p.partition,

@@ -54,8 +54,12 @@ pub async fn handle(
                         .and_then(|i| m.partitions.get(i))
                 }) {
                     None => Source::Error(ErrorCode::UnknownTopicOrPartition),
+                    Some(pm) if catalog.local_shard(pm).is_none() => {
+                        Source::Error(ErrorCode::NotLeaderOrFollower)
+                    }
                     Some(pm) => {
-                        let shard = (pm.shard as usize).min(nr_shards.saturating_sub(1));
+                        let shard = (catalog.local_shard(pm).unwrap_or(0) as usize)
+                            .min(nr_shards.saturating_sub(1));
                         let list = &mut per_shard[shard];
                         list.push((
                             TopicPartition {
