@@ -20,6 +20,7 @@ pub mod config;
 pub mod group;
 pub mod limits;
 pub mod protocol;
+pub mod replication;
 pub mod server;
 pub mod shard;
 pub mod storage;
