@@ -102,6 +102,34 @@ pub struct Config {
     pub offsets_retention_minutes: i64,
     /// Kafka's offsets.retention.check.interval.ms.
     pub offsets_retention_check_interval_ms: i64,
+    /// Kafka's process.roles: "broker,controller" (both, the default), "broker" or
+    /// "controller" (a dedicated controller serves no Kafka clients).
+    pub process_roles: String,
+    /// Address the controller quorum listens on (Raft and broker-to-controller requests);
+    /// empty on a single node, which needs no quorum network.
+    pub controller_listen: String,
+    /// Kafka's controller.quorum.voters: `ID@HOST:PORT,...`; empty means this node alone.
+    pub controller_voters: String,
+    /// Kafka's broker.rack: replicas of a partition are spread across racks when set.
+    pub rack: String,
+    /// Kafka's min.insync.replicas: the ISR size an acks=all produce needs.
+    pub min_insync_replicas: i32,
+    /// Kafka's unclean.leader.election.enable: may a replica outside the ISR lead (and lose
+    /// acknowledged records)?
+    pub unclean_leader_election_enable: bool,
+    /// Kafka's replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+    /// Kafka's replica.fetch.wait.max.ms: how long a follower's Fetch waits for new data.
+    pub replica_fetch_wait_max_ms: i32,
+    /// Kafka's replica.fetch.max.bytes: bytes per partition in a follower's Fetch.
+    pub replica_fetch_max_bytes: i32,
+    /// Kafka's replica.fetch.response.max.bytes: bytes per follower Fetch response.
+    pub replica_fetch_response_max_bytes: i32,
+    /// Kafka's broker.session.timeout.ms: a broker silent this long is fenced and loses
+    /// its leaderships.
+    pub broker_session_timeout_ms: u64,
+    /// Kafka's broker.heartbeat.interval.ms.
+    pub broker_heartbeat_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -137,8 +165,27 @@ impl Default for Config {
             group_max_session_timeout_ms: 1_800_000,
             offsets_retention_minutes: 10080,
             offsets_retention_check_interval_ms: 600_000,
+            process_roles: "broker,controller".into(),
+            controller_listen: String::new(),
+            controller_voters: String::new(),
+            rack: String::new(),
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_max_bytes: 1_048_576,
+            replica_fetch_response_max_bytes: 10_485_760,
+            broker_session_timeout_ms: 9_000,
+            broker_heartbeat_interval_ms: 2_000,
         }
     }
+}
+
+/// Kafka's process.roles, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roles {
+    pub broker: bool,
+    pub controller: bool,
 }
 
 /// Values given on the command line; `None` means "not given".
@@ -149,6 +196,10 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub shards: Option<usize>,
     pub node_id: Option<i32>,
+    pub process_roles: Option<String>,
+    pub controller_listen: Option<String>,
+    pub controller_voters: Option<String>,
+    pub rack: Option<String>,
 }
 
 impl Config {
@@ -222,6 +273,16 @@ impl Config {
         if let Some(v) = flags.node_id {
             config.node_id = v;
         }
+        for (slot, flag) in [
+            (&mut config.process_roles, &flags.process_roles),
+            (&mut config.controller_listen, &flags.controller_listen),
+            (&mut config.controller_voters, &flags.controller_voters),
+            (&mut config.rack, &flags.rack),
+        ] {
+            if let Some(v) = flag {
+                *slot = v.clone();
+            }
+        }
         config.validate()?;
         Ok(config)
     }
@@ -288,7 +349,92 @@ impl Config {
             ));
         }
         self.topic_defaults().map_err(|(k, m)| invalid(&k, m))?;
+        if self.node_id < 0 {
+            return Err(invalid("node_id", "must be >= 0".into()));
+        }
+        let roles = self.roles().map_err(|m| invalid("process_roles", m))?;
+        let voters = self.voters().map_err(|m| invalid("controller_voters", m))?;
+        if !self.controller_listen.is_empty() {
+            self.controller_listen
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("controller_listen", format!("{e}")))?;
+        }
+        let is_voter = voters.is_empty() || voters.iter().any(|(id, _)| *id == self.node_id);
+        if roles.controller && !is_voter {
+            return Err(invalid(
+                "controller_voters",
+                format!(
+                    "node {} has the controller role but is not a voter",
+                    self.node_id
+                ),
+            ));
+        }
+        if voters.len() > 1 && roles.controller && self.controller_listen.is_empty() {
+            return Err(invalid(
+                "controller_listen",
+                "a voter of a multi-node quorum needs an address".into(),
+            ));
+        }
+        if !roles.controller && voters.is_empty() {
+            return Err(invalid(
+                "controller_voters",
+                "a broker-only node must be told where the controllers are".into(),
+            ));
+        }
+        if self.min_insync_replicas < 1 {
+            return Err(invalid("min_insync_replicas", "must be at least 1".into()));
+        }
+        if self.replica_lag_time_max_ms == 0 || self.broker_session_timeout_ms == 0 {
+            return Err(invalid(
+                "replica_lag_time_max_ms",
+                "timeouts must be positive".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The roles of this node (Kafka's process.roles).
+    pub fn roles(&self) -> Result<Roles, String> {
+        let mut roles = Roles {
+            broker: false,
+            controller: false,
+        };
+        for role in self.process_roles.split(',').map(str::trim) {
+            match role {
+                "broker" => roles.broker = true,
+                "controller" => roles.controller = true,
+                other => return Err(format!("unknown role {other:?}")),
+            }
+        }
+        if !roles.broker && !roles.controller {
+            return Err("needs broker, controller or both".into());
+        }
+        Ok(roles)
+    }
+
+    /// The controller quorum's voters, as (node id, address).
+    pub fn voters(&self) -> Result<Vec<(i32, SocketAddr)>, String> {
+        let mut out = Vec::new();
+        for part in self.controller_voters.split(',').map(str::trim) {
+            if part.is_empty() {
+                continue;
+            }
+            let (id, addr) = part
+                .split_once('@')
+                .ok_or_else(|| format!("{part:?}: expected ID@HOST:PORT"))?;
+            let id: i32 = id
+                .parse()
+                .map_err(|_| format!("{part:?}: node id is not a number"))?;
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+                .map_err(|e| format!("{part:?}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{part:?}: address does not resolve"))?;
+            if out.iter().any(|(other, _)| *other == id) {
+                return Err(format!("node {id} is listed twice"));
+            }
+            out.push((id, addr));
+        }
+        Ok(out)
     }
 
     /// The advertised (host, port) pair.
@@ -299,6 +445,14 @@ impl Config {
             &self.advertised_listener
         };
         parse_host_port(text).unwrap_or_else(|| ("127.0.0.1".into(), 9092))
+    }
+
+    /// The min.insync.replicas of a topic with these overrides.
+    pub fn min_insync_replicas_of(&self, topic_configs: &BTreeMap<String, String>) -> usize {
+        topic_configs
+            .get("min.insync.replicas")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(self.min_insync_replicas.max(1) as usize)
     }
 
     /// Broker-wide defaults for topic configs, in Kafka's topic-level names.
@@ -330,7 +484,14 @@ impl Config {
         m.insert("flush.policy".into(), self.log_flush_policy.clone());
         m.insert("flush.ms".into(), self.log_flush_interval_ms.to_string());
         m.insert("cleanup.policy".into(), "delete".into());
-        m.insert("min.insync.replicas".into(), "1".into());
+        m.insert(
+            "min.insync.replicas".into(),
+            self.min_insync_replicas.to_string(),
+        );
+        m.insert(
+            "unclean.leader.election.enable".into(),
+            self.unclean_leader_election_enable.to_string(),
+        );
         m.insert("compression.type".into(), "producer".into());
         m
     }
@@ -357,6 +518,7 @@ pub const TOPIC_CONFIG_KEYS: &[&str] = &[
     "segment.bytes",
     "segment.index.bytes",
     "segment.ms",
+    "unclean.leader.election.enable",
 ];
 
 /// Builds a `LogConfig` from Kafka-named topic settings. Missing keys take the broker's
@@ -453,7 +615,15 @@ pub fn log_config_from(
             ));
         }
     }
-    let _: i32 = num(settings, "min.insync.replicas", 1)?;
+    let min_isr: i32 = num(settings, "min.insync.replicas", broker.min_insync_replicas)?;
+    if min_isr < 1 {
+        return Err(("min.insync.replicas".into(), "must be at least 1".into()));
+    }
+    let _: bool = num(
+        settings,
+        "unclean.leader.election.enable",
+        broker.unclean_leader_election_enable,
+    )?;
     c.preallocate_bytes = broker.log_preallocate_bytes.min(c.segment_bytes);
     c.tail_cache_bytes = broker.log_tail_cache_bytes;
     Ok(c)
@@ -504,6 +674,10 @@ pub const BROKER_TOPIC_DEFAULTS: &[(&str, &str)] = &[
     ("log.segment.bytes", "segment.bytes"),
     ("message.max.bytes", "max.message.bytes"),
     ("min.insync.replicas", "min.insync.replicas"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+    ),
 ];
 
 /// The topic-level name of a dynamic broker default.

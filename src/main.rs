@@ -52,6 +52,18 @@ struct ServeArgs {
     /// This broker's node id [default: 0]
     #[arg(long, value_name = "ID")]
     node_id: Option<i32>,
+    /// Roles of this node: broker, controller or both [default: broker,controller]
+    #[arg(long, value_name = "ROLES")]
+    process_roles: Option<String>,
+    /// Address the controller quorum listens on (needed by each voter of a multi-node quorum)
+    #[arg(long, value_name = "HOST:PORT")]
+    controller_listen: Option<String>,
+    /// The controller quorum, as Kafka's controller.quorum.voters [default: this node alone]
+    #[arg(long, value_name = "ID@HOST:PORT,...")]
+    controller_voters: Option<String>,
+    /// This broker's rack (replicas are spread across racks)
+    #[arg(long, value_name = "RACK")]
+    rack: Option<String>,
     /// Config file (TOML; see config/strata.toml for every setting)
     #[arg(long, value_name = "FILE", env = "STRATA_CONFIG")]
     config: Option<PathBuf>,
@@ -87,6 +99,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         shards: args.shards,
         node_id: args.node_id,
+        process_roles: args.process_roles,
+        controller_listen: args.controller_listen,
+        controller_voters: args.controller_voters,
+        rack: args.rack,
     };
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     let listen = config.listen.clone();
