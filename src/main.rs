@@ -33,6 +33,9 @@ enum Command {
     /// Load-test any Kafka-compatible broker: produce, consume, end-to-end.
     #[command(subcommand)]
     Bench(strata::bench::BenchCommand),
+    /// Inspect partition directories offline (no broker needed).
+    #[command(subcommand)]
+    Log(strata::cli::log_dump::LogCommand),
 }
 
 #[derive(clap::Args)]
@@ -77,6 +80,7 @@ fn main() {
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),
+        Command::Log(cmd) => strata::cli::log_dump::run(cmd),
     };
     // `{:#}` prints the error chain on one line, without a backtrace: these are user-facing.
     if let Err(e) = result {

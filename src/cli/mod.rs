@@ -7,6 +7,7 @@
 
 mod consume;
 mod group;
+pub mod log_dump;
 mod produce;
 mod topic;
 
