@@ -253,8 +253,15 @@ impl LeaderState {
         commands
     }
 
-    /// The controller rejected or lost the AlterPartition. The next fetch or tick proposes
-    /// again from the state then.
+    /// The controller answered the AlterPartition in flight with an error that proves it
+    /// was not applied (OPERATION_NOT_ATTEMPTED, INELIGIBLE_REPLICA, ...). Back to the
+    /// committed ISR; the next fetch or tick proposes again from the state then.
+    ///
+    /// Not for failures after which the proposal may have been applied (a timeout, a lost
+    /// connection, INVALID_UPDATE_VERSION, a controller change): the shard retries the same
+    /// request or waits for the next metadata image, and the proposal keeps counting toward
+    /// the maximal ISR until `handle_isr_committed` says what the controller holds. Dropping
+    /// it early could let the HW pass a follower the controller has already added.
     pub fn handle_alter_failed(&mut self) -> Vec<LeaderCommand> {
         self.pending_isr = None;
         let mut commands = Vec::new();

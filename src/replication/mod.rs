@@ -15,6 +15,9 @@ pub mod epoch_cache;
 pub mod follower;
 pub mod leader;
 
+#[cfg(test)]
+mod sim;
+
 /// What the leader asks its shard to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaderCommand {
