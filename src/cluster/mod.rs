@@ -4,6 +4,7 @@
 //! applies them (`apply`) through the `machine::MetadataMachine` seam.
 pub mod apply;
 pub mod catalog;
+pub mod controller;
 pub mod machine;
 pub mod placement;
 pub mod records;
