@@ -6,5 +6,6 @@ pub mod apply;
 pub mod catalog;
 pub mod controller;
 pub mod machine;
+pub mod machine_impl;
 pub mod placement;
 pub mod records;
