@@ -104,7 +104,7 @@ impl TopicMeta {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Catalog {
     pub cluster_id: String,
     pub topics: BTreeMap<String, Arc<TopicMeta>>,
@@ -133,13 +133,22 @@ impl Catalog {
     pub fn topic_by_id(&self, id: u128) -> Option<&Arc<TopicMeta>> {
         self.ids.get(&id).and_then(|name| self.topics.get(name))
     }
-    /// Rebuilds the derived id index; called before a catalog is published.
-    fn reindex(&mut self) {
+    /// Rebuilds the derived id index; called before a catalog is published, and after a
+    /// catalog is read back from a file or a snapshot (the index is not serialised).
+    pub(crate) fn reindex(&mut self) {
         self.ids = self
             .topics
             .values()
             .map(|t| (t.id, t.name.clone()))
             .collect();
+    }
+    /// Keeps the id index in step with one topic inserted under `name` (`Catalog::apply`).
+    pub(crate) fn index_topic(&mut self, id: u128, name: &str) {
+        self.ids.insert(id, name.to_string());
+    }
+    /// Keeps the id index in step with one topic removed.
+    pub(crate) fn unindex_topic(&mut self, id: u128) {
+        self.ids.remove(&id);
     }
     /// Partitions each shard of this broker owns, for balanced placement.
     pub fn shard_load(&self, nr_shards: usize) -> Vec<usize> {
@@ -236,6 +245,17 @@ impl CatalogStore {
         next.reindex();
         self.current.store(Arc::new(next));
         Ok(Ok(value))
+    }
+
+    /// Publishes `catalog` as the new snapshot without writing the catalog file: in a cluster
+    /// the metadata log is what persists the catalog, and this only shows its latest applied
+    /// state to the shards. `local_node` stays this store's. The caller keeps the derived id
+    /// index current (`Catalog::apply` does; a catalog decoded from bytes needs `reindex`).
+    pub fn publish(&self, mut catalog: Catalog) {
+        // Taken so a publish never interleaves with a local `update`'s read-modify-write.
+        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        catalog.local_node = self.current.load().local_node;
+        self.current.store(Arc::new(catalog));
     }
 
     /// Hands out a producer id that was never handed out before, even across crashes: ids

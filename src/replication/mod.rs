@@ -1,3 +1,84 @@
 //! Replication logic: ISR, high watermark, log end offsets and leader epochs, as state
 //! machines that take events and return commands; the shard carries out the I/O.
+//!
+//! - [`leader::LeaderState`]: one partition this broker leads — follower LEOs, the ISR
+//!   (shrink, expand, one AlterPartition in flight as KIP-497 asks), the high watermark.
+//! - [`follower::FollowerState`]: one partition this broker follows — validate the log
+//!   against the leader with OffsetForLeaderEpoch (KIP-101/KIP-279), truncate, fetch.
+//! - [`epoch_cache::EpochCache`]: the leader-epoch cache both of them rely on.
+//!
+//! Ids are plain Kafka types, consistent everywhere: a replica (broker) id is `i32`, an
+//! offset is `i64`, an epoch is `i32`, a time is `u64` milliseconds of a monotonic clock the
+//! caller passes in. Nothing here reads a clock or touches I/O, which is what lets `sim.rs`
+//! run the whole protocol deterministically.
 pub mod epoch_cache;
+pub mod follower;
+pub mod leader;
+
+#[cfg(test)]
+mod sim;
+
+/// What the leader asks its shard to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderCommand {
+    /// The high watermark moved up to this offset: persist it lazily (a checkpoint), let
+    /// consumers read below it, and complete `acks=all` produces whose last offset is below
+    /// it (if the ISR still has `min.insync.replicas` members, else
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND, as Kafka does).
+    AdvanceHw(i64),
+    /// Send AlterPartition to the controller proposing `new_isr`. The answer comes back as
+    /// `handle_isr_committed` (accepted, or a newer metadata image) or `handle_alter_failed`.
+    /// At most one is in flight per partition.
+    AlterIsr {
+        new_isr: Vec<i32>,
+        leader_epoch: i32,
+        partition_epoch: i32,
+    },
+}
+
+/// What the follower asks its shard to do. Commands come in order; a `Truncate` is always
+/// carried out before the `Fetch` that follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FollowerCommand {
+    /// Send OffsetForLeaderEpoch for `epoch` (with the current leader epoch) to the leader.
+    SendOffsetForLeaderEpoch { epoch: i32 },
+    /// Cut the local log so it ends at `to` (and the epoch cache with it:
+    /// `truncate_from_end(to)`); the local HW drops to at most `to`.
+    Truncate { to: i64 },
+    /// Drop the whole local log and start it empty at `start` (the leader's log start is
+    /// beyond our end, so nothing we hold can be kept).
+    TruncateFully { start: i64 },
+    /// Send Fetch from `offset` with the current leader epoch. Append what comes back
+    /// (recording each new batch epoch in the epoch cache), make it durable, then call
+    /// `handle_fetch_response`.
+    Fetch { offset: i64 },
+    /// Ask the leader for its log start and end offsets (ListOffsets with the replica id),
+    /// then call `handle_log_bounds`.
+    SendListOffsets,
+    /// The local high watermark moved to this offset.
+    AdvanceHw(i64),
+    /// This leader or epoch is stale: stop fetching and wait for the next metadata image,
+    /// which will create a new `FollowerState` (or `LeaderState`).
+    AwaitMetadata,
+}
+
+/// Why a leader refused a follower's request, or why a follower's request failed. Each maps
+/// to one Kafka error code in the protocol layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    /// The sender is not in the partition's replica set (NOT_LEADER_OR_FOLLOWER), or the
+    /// receiver no longer leads the partition.
+    #[error("not leader or follower")]
+    NotLeaderOrFollower,
+    /// The request carries an older leader epoch than the leader's (FENCED_LEADER_EPOCH).
+    #[error("fenced leader epoch")]
+    FencedLeaderEpoch,
+    /// The request carries a newer leader epoch than the leader knows yet
+    /// (UNKNOWN_LEADER_EPOCH): the leader's metadata lags; retry.
+    #[error("unknown leader epoch")]
+    UnknownLeaderEpoch,
+    /// The fetch offset is past the leader's log end or before its log start
+    /// (OFFSET_OUT_OF_RANGE).
+    #[error("offset out of range")]
+    OffsetOutOfRange,
+}

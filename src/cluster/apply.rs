@@ -1,0 +1,111 @@
+//! Replaying metadata records onto the catalog.
+//!
+//! `Catalog::apply` runs on every node for every committed record, in log order, so it is a
+//! pure function of (catalog, record): no clock, no randomness, no I/O. It never panics on
+//! a record that does not fit the catalog (a partition index out of range, a topic that is
+//! gone): such a record changes nothing, the same way on every node, so replicas stay equal.
+use std::sync::Arc;
+
+use crate::cluster::catalog::{BrokerMeta, Catalog, TopicMeta};
+use crate::cluster::records::MetadataRecord;
+
+impl Catalog {
+    /// Applies one committed record. Keeps the derived topic-id index current.
+    pub fn apply(&mut self, rec: &MetadataRecord) {
+        match rec {
+            MetadataRecord::RegisterBroker {
+                node_id,
+                host,
+                port,
+                rack,
+                shards,
+            } => {
+                // Kafka registers a broker fenced; its first heartbeat unfences it.
+                self.brokers.insert(
+                    *node_id,
+                    BrokerMeta {
+                        node_id: *node_id,
+                        host: host.clone(),
+                        port: *port,
+                        rack: rack.clone(),
+                        shards: *shards,
+                        fenced: true,
+                    },
+                );
+            }
+            MetadataRecord::FenceBroker { node_id } => {
+                if let Some(b) = self.brokers.get_mut(node_id) {
+                    b.fenced = true;
+                }
+            }
+            MetadataRecord::UnfenceBroker { node_id } => {
+                if let Some(b) = self.brokers.get_mut(node_id) {
+                    b.fenced = false;
+                }
+            }
+            MetadataRecord::UnregisterBroker { node_id } => {
+                self.brokers.remove(node_id);
+            }
+            MetadataRecord::Topic {
+                name,
+                id,
+                partitions,
+                configs,
+            } => {
+                let topic = Arc::new(TopicMeta {
+                    name: name.clone(),
+                    id: *id,
+                    partitions: partitions.clone(),
+                    configs: configs.clone(),
+                });
+                if let Some(old) = self.topics.insert(name.clone(), topic) {
+                    self.unindex_topic(old.id);
+                }
+                self.index_topic(*id, name);
+            }
+            MetadataRecord::RemoveTopic { name } => {
+                if let Some(old) = self.topics.remove(name) {
+                    self.unindex_topic(old.id);
+                }
+            }
+            MetadataRecord::AddPartitions { name, partitions } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    Arc::make_mut(t)
+                        .partitions
+                        .extend(partitions.iter().cloned());
+                }
+            }
+            MetadataRecord::PartitionChange {
+                topic,
+                partition,
+                state,
+            } => {
+                let Ok(index) = usize::try_from(*partition) else {
+                    return;
+                };
+                if let Some(t) = self.topics.get_mut(topic) {
+                    if index < t.partitions.len() {
+                        if let Some(p) = Arc::make_mut(t).partitions.get_mut(index) {
+                            *p = state.clone();
+                        }
+                    }
+                }
+            }
+            MetadataRecord::TopicConfig { name, configs } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    Arc::make_mut(t).configs = configs.clone();
+                }
+            }
+            MetadataRecord::BrokerConfigs { configs } => {
+                self.broker_configs = configs.clone();
+            }
+            MetadataRecord::ProducerIds { block_end } => {
+                // Never moves back: ids below the old end may already be in use.
+                self.producer_id_block_end = self.producer_id_block_end.max(*block_end);
+            }
+            MetadataRecord::ClusterId { id } => {
+                self.cluster_id = id.clone();
+            }
+        }
+    }
+}

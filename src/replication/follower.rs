@@ -1,0 +1,373 @@
+//! The follower side of one partition (Kafka's `AbstractFetcherThread` for one partition):
+//! after every leader change it validates its log against the leader's with
+//! OffsetForLeaderEpoch, truncates what the leader's history does not contain (KIP-101,
+//! KIP-279), then fetches from its durable end and follows the leader's HW.
+//!
+//! Invariants: the follower fetches only from its log end after validation, so every LEO it
+//! reports lies on the leader's history; its HW never decreases except by truncation, and
+//! never exceeds its LEO. Responses to requests it no longer waits for (reordered,
+//! duplicated, from a superseded request) are ignored.
+use super::epoch_cache::{EpochCache, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
+use super::{FollowerCommand, ReplicaError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the leader's end offset of `epoch`.
+    Validating { epoch: i32 },
+    /// Waiting for the response to a Fetch from `offset`.
+    Fetching { offset: i64 },
+    /// Waiting for the leader's log start and end.
+    ListingOffsets,
+    /// The leader or epoch is stale; a new metadata image replaces this state.
+    Stopped,
+}
+
+#[derive(Debug, Clone)]
+pub struct FollowerState {
+    leader: i32,
+    leader_epoch: i32,
+    phase: Phase,
+    hw: i64,
+}
+
+impl FollowerState {
+    /// Starts following `leader` in `leader_epoch`, with the local log ending at `local_leo`,
+    /// the local HW `local_hw` and the latest epoch in the local epoch cache. Returns the
+    /// first request: with any epoch known, validate it first (KIP-279 validates after every
+    /// leader change); with none, there is nothing to validate, so fetch.
+    pub fn new(
+        leader: i32,
+        leader_epoch: i32,
+        local_leo: i64,
+        local_hw: i64,
+        latest_local_epoch: Option<i32>,
+    ) -> (Self, FollowerCommand) {
+        let hw = local_hw.min(local_leo);
+        let (phase, command) = match latest_local_epoch {
+            Some(epoch) if epoch >= 0 => (
+                Phase::Validating { epoch },
+                FollowerCommand::SendOffsetForLeaderEpoch { epoch },
+            ),
+            _ => (
+                Phase::Fetching { offset: local_leo },
+                FollowerCommand::Fetch { offset: local_leo },
+            ),
+        };
+        let state = Self {
+            leader,
+            leader_epoch,
+            phase,
+            hw,
+        };
+        (state, command)
+    }
+
+    pub fn leader(&self) -> i32 {
+        self.leader
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn hw(&self) -> i64 {
+        self.hw
+    }
+
+    /// The offset of the Fetch this follower waits on. The shard appends the records of a
+    /// Fetch response only when this is `Some` of that request's offset (and it equals the
+    /// local LEO): a reordered or duplicated response must not be appended.
+    pub fn expected_fetch_offset(&self) -> Option<i64> {
+        match self.phase {
+            Phase::Fetching { offset } => Some(offset),
+            _ => None,
+        }
+    }
+
+    /// The leader answered OffsetForLeaderEpoch for `requested_epoch`: its largest epoch at
+    /// most that one is `leader_epoch_found`, ending at `end_offset` (UNDEFINED when it has
+    /// none). Truncate to the divergence point, asking again about an earlier epoch while
+    /// the local log does not know the epoch the leader named.
+    pub fn handle_epoch_end(
+        &mut self,
+        requested_epoch: i32,
+        leader_epoch_found: i32,
+        end_offset: i64,
+        local_leo: i64,
+        local_epoch_cache: &EpochCache,
+    ) -> Vec<FollowerCommand> {
+        if self.phase
+            != (Phase::Validating {
+                epoch: requested_epoch,
+            })
+        {
+            return Vec::new();
+        }
+        if leader_epoch_found == UNDEFINED_EPOCH || end_offset == UNDEFINED_OFFSET {
+            // The leader knows no epoch at or before ours: keep only what we know to be
+            // committed, as Kafka truncates to the HW here.
+            return self.truncate_then_fetch(self.hw.min(local_leo), local_leo);
+        }
+        let (follower_epoch, follower_end) =
+            local_epoch_cache.end_offset_for(leader_epoch_found, local_leo);
+        if follower_epoch == UNDEFINED_EPOCH {
+            // No epochs tracked locally: the leader's end of the epoch is the bound.
+            return self.truncate_then_fetch(end_offset.min(local_leo), local_leo);
+        }
+        if follower_epoch != leader_epoch_found {
+            // The leader names an epoch we never saw. Our largest earlier epoch ends at
+            // `follower_end`; everything past it is not ours to keep, and how much of that
+            // epoch the leader shares needs another question.
+            let to = follower_end.min(local_leo);
+            let mut commands = self.truncate(to, local_leo);
+            self.phase = Phase::Validating {
+                epoch: follower_epoch,
+            };
+            commands.push(FollowerCommand::SendOffsetForLeaderEpoch {
+                epoch: follower_epoch,
+            });
+            return commands;
+        }
+        let to = follower_end.min(end_offset).min(local_leo);
+        self.truncate_then_fetch(to, local_leo)
+    }
+
+    /// The Fetch from `fetch_offset` was answered with data, now appended durably so the
+    /// local log ends at `local_leo`; the leader's HW was `leader_hw`. Fetch onward.
+    pub fn handle_fetch_response(
+        &mut self,
+        fetch_offset: i64,
+        local_leo: i64,
+        leader_hw: i64,
+    ) -> Vec<FollowerCommand> {
+        if self.phase
+            != (Phase::Fetching {
+                offset: fetch_offset,
+            })
+        {
+            return Vec::new();
+        }
+        assert!(local_leo >= fetch_offset, "a fetch response shrank the log");
+        let mut commands = Vec::new();
+        let new_hw = leader_hw.min(local_leo);
+        if new_hw > self.hw {
+            self.hw = new_hw;
+            commands.push(FollowerCommand::AdvanceHw(new_hw));
+        }
+        self.phase = Phase::Fetching { offset: local_leo };
+        commands.push(FollowerCommand::Fetch { offset: local_leo });
+        commands
+    }
+
+    /// The Fetch from `fetch_offset` failed with `error`.
+    pub fn handle_fetch_error(
+        &mut self,
+        fetch_offset: i64,
+        error: ReplicaError,
+    ) -> Vec<FollowerCommand> {
+        if self.phase
+            != (Phase::Fetching {
+                offset: fetch_offset,
+            })
+        {
+            return Vec::new();
+        }
+        match error {
+            ReplicaError::NotLeaderOrFollower | ReplicaError::FencedLeaderEpoch => {
+                self.phase = Phase::Stopped;
+                vec![FollowerCommand::AwaitMetadata]
+            }
+            // The leader has not seen our epoch yet: try again (the shard backs off).
+            ReplicaError::UnknownLeaderEpoch => vec![FollowerCommand::Fetch {
+                offset: fetch_offset,
+            }],
+            ReplicaError::OffsetOutOfRange => {
+                self.phase = Phase::ListingOffsets;
+                vec![FollowerCommand::SendListOffsets]
+            }
+        }
+    }
+
+    /// OffsetForLeaderEpoch failed with `error`.
+    pub fn handle_epoch_error(
+        &mut self,
+        requested_epoch: i32,
+        error: ReplicaError,
+    ) -> Vec<FollowerCommand> {
+        if self.phase
+            != (Phase::Validating {
+                epoch: requested_epoch,
+            })
+        {
+            return Vec::new();
+        }
+        match error {
+            ReplicaError::UnknownLeaderEpoch | ReplicaError::OffsetOutOfRange => {
+                vec![FollowerCommand::SendOffsetForLeaderEpoch {
+                    epoch: requested_epoch,
+                }]
+            }
+            ReplicaError::NotLeaderOrFollower | ReplicaError::FencedLeaderEpoch => {
+                self.phase = Phase::Stopped;
+                vec![FollowerCommand::AwaitMetadata]
+            }
+        }
+    }
+
+    /// The leader's log spans `[log_start, log_end)` (after an OffsetOutOfRange).
+    pub fn handle_log_bounds(
+        &mut self,
+        log_start: i64,
+        log_end: i64,
+        local_leo: i64,
+    ) -> Vec<FollowerCommand> {
+        if self.phase != Phase::ListingOffsets {
+            return Vec::new();
+        }
+        if local_leo < log_start {
+            // Nothing we hold is adjacent to the leader's log: start over at its start.
+            self.hw = self.hw.min(log_start);
+            self.phase = Phase::Fetching { offset: log_start };
+            return vec![
+                FollowerCommand::TruncateFully { start: log_start },
+                FollowerCommand::Fetch { offset: log_start },
+            ];
+        }
+        // Past the leader's end (Kafka truncates to the leader's LEO), or within range again.
+        self.truncate_then_fetch(local_leo.min(log_end), local_leo)
+    }
+
+    /// The request in flight timed out or its connection dropped: send it again.
+    pub fn handle_timeout(&mut self) -> Vec<FollowerCommand> {
+        match self.phase {
+            Phase::Validating { epoch } => {
+                vec![FollowerCommand::SendOffsetForLeaderEpoch { epoch }]
+            }
+            Phase::Fetching { offset } => vec![FollowerCommand::Fetch { offset }],
+            Phase::ListingOffsets => vec![FollowerCommand::SendListOffsets],
+            Phase::Stopped => Vec::new(),
+        }
+    }
+
+    fn truncate(&mut self, to: i64, local_leo: i64) -> Vec<FollowerCommand> {
+        if to >= local_leo {
+            return Vec::new();
+        }
+        self.hw = self.hw.min(to);
+        vec![FollowerCommand::Truncate { to }]
+    }
+
+    fn truncate_then_fetch(&mut self, to: i64, local_leo: i64) -> Vec<FollowerCommand> {
+        let mut commands = self.truncate(to, local_leo);
+        let offset = to.min(local_leo);
+        self.phase = Phase::Fetching { offset };
+        commands.push(FollowerCommand::Fetch { offset });
+        commands
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(pairs: &[(i32, i64)]) -> EpochCache {
+        let mut c = EpochCache::default();
+        for &(e, o) in pairs {
+            c.assign(e, o);
+        }
+        c
+    }
+
+    /// KIP-101's divergence: A led epoch 1 and wrote offsets 0..2, B copied only offset 0;
+    /// both restart, B leads epoch 2 and writes offset 1. A asks where epoch 1 ends on B
+    /// (offset 1) and truncates its own offset 1 away before fetching B's.
+    #[test]
+    fn kip101_truncates_to_divergence() {
+        let a_cache = cache(&[(1, 0)]);
+        let b_cache = cache(&[(1, 0), (2, 1)]);
+        let (mut a, first) = FollowerState::new(2, 2, 2, 0, Some(1));
+        assert_eq!(
+            first,
+            FollowerCommand::SendOffsetForLeaderEpoch { epoch: 1 }
+        );
+        let (found, end) = b_cache.end_offset_for(1, 2);
+        assert_eq!((found, end), (1, 1));
+        let cmds = a.handle_epoch_end(1, found, end, 2, &a_cache);
+        assert_eq!(
+            cmds,
+            vec![
+                FollowerCommand::Truncate { to: 1 },
+                FollowerCommand::Fetch { offset: 1 }
+            ]
+        );
+        // The same answer again (a duplicate) changes nothing.
+        assert_eq!(a.handle_epoch_end(1, found, end, 1, &a_cache), vec![]);
+    }
+
+    /// When the leader names an epoch the follower never had, the follower truncates to the
+    /// end of its largest earlier epoch and asks about that one, until they agree.
+    #[test]
+    fn multi_round_validation() {
+        let leader = cache(&[(1, 0), (2, 4), (4, 6)]);
+        let mut local = cache(&[(1, 0), (3, 5)]);
+        let (mut f, first) = FollowerState::new(9, 4, 8, 3, Some(3));
+        assert_eq!(
+            first,
+            FollowerCommand::SendOffsetForLeaderEpoch { epoch: 3 }
+        );
+        let (found, end) = leader.end_offset_for(3, 10);
+        assert_eq!((found, end), (2, 6));
+        let cmds = f.handle_epoch_end(3, found, end, 8, &local);
+        assert_eq!(
+            cmds,
+            vec![
+                FollowerCommand::Truncate { to: 5 },
+                FollowerCommand::SendOffsetForLeaderEpoch { epoch: 1 }
+            ]
+        );
+        local.truncate_from_end(5);
+        let (found, end) = leader.end_offset_for(1, 10);
+        let cmds = f.handle_epoch_end(1, found, end, 5, &local);
+        assert_eq!(
+            cmds,
+            vec![
+                FollowerCommand::Truncate { to: 4 },
+                FollowerCommand::Fetch { offset: 4 }
+            ]
+        );
+        assert_eq!(f.hw(), 3);
+    }
+
+    /// Fetch responses move the HW to min(leader HW, local LEO); stale ones are ignored, and
+    /// fencing stops the follower.
+    #[test]
+    fn fetch_flow() {
+        let (mut f, first) = FollowerState::new(1, 3, 0, 0, None);
+        assert_eq!(first, FollowerCommand::Fetch { offset: 0 });
+        let cmds = f.handle_fetch_response(0, 5, 9);
+        assert_eq!(
+            cmds,
+            vec![
+                FollowerCommand::AdvanceHw(5),
+                FollowerCommand::Fetch { offset: 5 }
+            ]
+        );
+        assert_eq!(f.handle_fetch_response(0, 5, 9), vec![], "duplicate");
+        assert_eq!(
+            f.handle_fetch_error(5, ReplicaError::OffsetOutOfRange),
+            vec![FollowerCommand::SendListOffsets]
+        );
+        assert_eq!(
+            f.handle_log_bounds(7, 12, 5),
+            vec![
+                FollowerCommand::TruncateFully { start: 7 },
+                FollowerCommand::Fetch { offset: 7 }
+            ]
+        );
+        assert_eq!(
+            f.handle_fetch_error(7, ReplicaError::FencedLeaderEpoch),
+            vec![FollowerCommand::AwaitMetadata]
+        );
+        assert_eq!(f.handle_timeout(), vec![]);
+    }
+}

@@ -1,0 +1,464 @@
+//! The leader side of one partition (Kafka's `Partition` leader paths and `Replica` fetch
+//! state): it tracks each follower's log end offset (LEO), keeps the in-sync replica set and
+//! advances the high watermark (HW).
+//!
+//! Invariants, asserted where they are established:
+//! - HW never decreases, and it never exceeds the LEO of any member of the maximal ISR (so
+//!   every replica the controller may elect holds every record below it).
+//! - At most one AlterPartition is in flight. While it is, the HW is computed over the
+//!   *maximal* ISR — the committed ISR together with the proposal — so neither a shrink the
+//!   controller has not accepted nor an expansion it may have accepted can let the HW run
+//!   ahead of a replica that could become leader (KIP-497's PendingExpandIsr /
+//!   PendingShrinkIsr).
+//! - A follower joins the ISR only when its LEO reached both the HW and the start offset of
+//!   the current leader epoch: a new leader's HW may lag the previous leader's, and the
+//!   epoch start is where every record committed before this epoch is known to be covered.
+//!
+//! Only durable data counts: the shard reports the leader's own LEO with `handle_local_leo`
+//! after the append is durable, and followers only fetch from their durable end.
+use super::{LeaderCommand, ReplicaError};
+
+/// What the leader knows about one follower (Kafka's `ReplicaState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FollowerProgress {
+    replica: i32,
+    /// The follower's LEO as its last fetch reported; -1 until it fetches in this epoch.
+    leo: i64,
+    /// The last time the follower was known to be caught up to the leader's LEO.
+    last_caught_up_ms: u64,
+    /// The leader's LEO when the follower last fetched, and when that was: a fetch that
+    /// reaches what the leader had at the previous fetch proves the follower was caught up
+    /// at the previous fetch's time (Kafka's `Replica.updateFetchState`).
+    last_fetch_leader_leo: i64,
+    last_fetch_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaderState {
+    local: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    leader_epoch_start_offset: i64,
+    replicas: Vec<i32>,
+    /// The ISR the controller committed; always contains `local`.
+    isr: Vec<i32>,
+    /// The ISR proposed in the AlterPartition in flight, if any.
+    pending_isr: Option<Vec<i32>>,
+    followers: Vec<FollowerProgress>,
+    local_leo: i64,
+    hw: i64,
+    lag_time_max_ms: u64,
+}
+
+impl LeaderState {
+    /// Becomes leader of a partition. Before calling this the shard assigns
+    /// `leader_epoch` to start at the local LEO in the epoch cache, and passes that LEO as
+    /// `leader_epoch_start_offset` (Kafka's `maybeAssignEpochStartOffset`). `hw` is the local
+    /// HW the broker had (as a follower, or from its checkpoint). Followers in the ISR count
+    /// as caught up now, as Kafka resets them; their LEO is unknown until they fetch, so the
+    /// HW waits for them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        local: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        local_leo: i64,
+        hw: i64,
+        leader_epoch_start_offset: i64,
+        now_ms: u64,
+        lag_time_max_ms: u64,
+    ) -> Self {
+        assert!(hw <= local_leo, "HW {hw} past the leader's LEO {local_leo}");
+        let followers = replicas
+            .iter()
+            .filter(|&&r| r != local)
+            .map(|&replica| FollowerProgress {
+                replica,
+                leo: -1,
+                last_caught_up_ms: if isr.contains(&replica) { now_ms } else { 0 },
+                last_fetch_leader_leo: -1,
+                last_fetch_ms: 0,
+            })
+            .collect();
+        let mut isr = isr;
+        if !isr.contains(&local) {
+            // The controller only elects from the ISR; a leader outside it would be a bug
+            // upstream, and the HW must still count the leader's own log.
+            isr.push(local);
+        }
+        Self {
+            local,
+            leader_epoch,
+            partition_epoch,
+            leader_epoch_start_offset,
+            replicas,
+            isr,
+            pending_isr: None,
+            followers,
+            local_leo,
+            hw,
+            lag_time_max_ms,
+        }
+    }
+
+    pub fn hw(&self) -> i64 {
+        self.hw
+    }
+
+    /// All assigned replicas (AR), the leader included.
+    pub fn replicas(&self) -> &[i32] {
+        &self.replicas
+    }
+
+    /// The ISR the controller committed.
+    pub fn isr(&self) -> &[i32] {
+        &self.isr
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+
+    pub fn local_leo(&self) -> i64 {
+        self.local_leo
+    }
+
+    /// True while an AlterPartition is in flight.
+    pub fn alter_pending(&self) -> bool {
+        self.pending_isr.is_some()
+    }
+
+    /// The follower's LEO as the leader knows it (-1 before its first fetch in this epoch);
+    /// `None` for a replica that is not a follower of this partition.
+    pub fn follower_leo(&self, replica: i32) -> Option<i64> {
+        self.followers
+            .iter()
+            .find(|f| f.replica == replica)
+            .map(|f| f.leo)
+    }
+
+    /// Whether an `acks=all` produce may be appended now: the committed ISR has at least
+    /// `min_isr` members (else NOT_ENOUGH_REPLICAS). Check it again when the HW passes the
+    /// batch, before answering success.
+    pub fn acks_all_allowed(&self, min_isr: usize) -> bool {
+        self.isr.len() >= min_isr
+    }
+
+    /// The leader's own log end advanced (its append is durable).
+    pub fn handle_local_leo(&mut self, leo: i64, _now_ms: u64) -> Vec<LeaderCommand> {
+        assert!(
+            leo >= self.local_leo,
+            "leader LEO went back from {} to {leo}",
+            self.local_leo
+        );
+        self.local_leo = leo;
+        let mut commands = Vec::new();
+        self.maybe_advance_hw(&mut commands);
+        commands
+    }
+
+    /// A follower fetched from `fetch_offset` (its LEO) with `current_leader_epoch`. On
+    /// `Ok` the shard serves the fetch, with the HW as it is after these commands.
+    pub fn handle_follower_fetch(
+        &mut self,
+        replica: i32,
+        fetch_offset: i64,
+        current_leader_epoch: i32,
+        now_ms: u64,
+    ) -> Result<Vec<LeaderCommand>, ReplicaError> {
+        if current_leader_epoch < self.leader_epoch {
+            return Err(ReplicaError::FencedLeaderEpoch);
+        }
+        if current_leader_epoch > self.leader_epoch {
+            return Err(ReplicaError::UnknownLeaderEpoch);
+        }
+        if fetch_offset < 0 || fetch_offset > self.local_leo {
+            // The shard checks the log start offset; the end is ours to check.
+            return Err(ReplicaError::OffsetOutOfRange);
+        }
+        let leader_leo = self.local_leo;
+        let Some(follower) = self.followers.iter_mut().find(|f| f.replica == replica) else {
+            return Err(ReplicaError::NotLeaderOrFollower);
+        };
+        if fetch_offset >= leader_leo {
+            follower.last_caught_up_ms = follower.last_caught_up_ms.max(now_ms);
+        } else if fetch_offset >= follower.last_fetch_leader_leo {
+            follower.last_caught_up_ms = follower.last_caught_up_ms.max(follower.last_fetch_ms);
+        }
+        follower.last_fetch_leader_leo = leader_leo;
+        follower.last_fetch_ms = now_ms;
+        // A follower's log only grows within one leader epoch (it truncates before its first
+        // fetch in the epoch), so a lower offset is a reordered older fetch: keep the newer.
+        follower.leo = follower.leo.max(fetch_offset);
+
+        let mut commands = Vec::new();
+        self.maybe_expand_isr(replica, &mut commands);
+        self.maybe_advance_hw(&mut commands);
+        Ok(commands)
+    }
+
+    /// Time passed: propose removing followers that have not been caught up for longer than
+    /// `replica.lag.time.max.ms`.
+    pub fn handle_tick(&mut self, now_ms: u64) -> Vec<LeaderCommand> {
+        let mut commands = Vec::new();
+        if self.pending_isr.is_some() {
+            return commands;
+        }
+        let out_of_sync: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|&r| r != self.local && !self.caught_up(r, now_ms))
+            .collect();
+        if !out_of_sync.is_empty() {
+            let new_isr: Vec<i32> = self
+                .isr
+                .iter()
+                .copied()
+                .filter(|r| !out_of_sync.contains(r))
+                .collect();
+            self.propose(new_isr, &mut commands);
+        }
+        commands
+    }
+
+    /// The controller accepted an ISR (our proposal, or a newer metadata image for this
+    /// leader epoch). Stale images (an older partition epoch) are ignored.
+    pub fn handle_isr_committed(
+        &mut self,
+        isr: Vec<i32>,
+        partition_epoch: i32,
+    ) -> Vec<LeaderCommand> {
+        let mut commands = Vec::new();
+        if partition_epoch < self.partition_epoch {
+            return commands;
+        }
+        if partition_epoch == self.partition_epoch && isr == self.isr {
+            // A repeat of what we have; an AlterPartition in flight is still in flight.
+            return commands;
+        }
+        self.partition_epoch = partition_epoch;
+        self.isr = isr;
+        if !self.isr.contains(&self.local) {
+            self.isr.push(self.local);
+        }
+        self.pending_isr = None;
+        self.maybe_advance_hw(&mut commands);
+        commands
+    }
+
+    /// The controller answered the AlterPartition in flight with an error that proves it
+    /// was not applied (OPERATION_NOT_ATTEMPTED, INELIGIBLE_REPLICA, ...). Back to the
+    /// committed ISR; the next fetch or tick proposes again from the state then.
+    ///
+    /// Not for failures after which the proposal may have been applied (a timeout, a lost
+    /// connection, INVALID_UPDATE_VERSION, a controller change): the shard retries the same
+    /// request or waits for the next metadata image, and the proposal keeps counting toward
+    /// the maximal ISR until `handle_isr_committed` says what the controller holds. Dropping
+    /// it early could let the HW pass a follower the controller has already added.
+    pub fn handle_alter_failed(&mut self) -> Vec<LeaderCommand> {
+        self.pending_isr = None;
+        let mut commands = Vec::new();
+        self.maybe_advance_hw(&mut commands);
+        commands
+    }
+
+    /// Kafka's `isCaughtUp`: at the leader's end now, or caught up within the lag time.
+    fn caught_up(&self, replica: i32, now_ms: u64) -> bool {
+        self.followers
+            .iter()
+            .find(|f| f.replica == replica)
+            .is_some_and(|f| {
+                f.leo == self.local_leo
+                    || now_ms.saturating_sub(f.last_caught_up_ms) <= self.lag_time_max_ms
+            })
+    }
+
+    fn maybe_expand_isr(&mut self, replica: i32, commands: &mut Vec<LeaderCommand>) {
+        if self.pending_isr.is_some() || self.isr.contains(&replica) {
+            return;
+        }
+        let Some(leo) = self.follower_leo(replica) else {
+            return;
+        };
+        if leo >= self.hw && leo >= self.leader_epoch_start_offset {
+            let mut new_isr = self.isr.clone();
+            new_isr.push(replica);
+            self.propose(new_isr, commands);
+        }
+    }
+
+    fn propose(&mut self, new_isr: Vec<i32>, commands: &mut Vec<LeaderCommand>) {
+        debug_assert!(new_isr.contains(&self.local));
+        commands.push(LeaderCommand::AlterIsr {
+            new_isr: new_isr.clone(),
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+        });
+        self.pending_isr = Some(new_isr);
+    }
+
+    /// Members of the committed ISR and of the proposal in flight.
+    fn maximal_isr_contains(&self, replica: i32) -> bool {
+        self.isr.contains(&replica)
+            || self
+                .pending_isr
+                .as_ref()
+                .is_some_and(|pending| pending.contains(&replica))
+    }
+
+    fn maybe_advance_hw(&mut self, commands: &mut Vec<LeaderCommand>) {
+        let mut candidate = self.local_leo;
+        for f in &self.followers {
+            if self.maximal_isr_contains(f.replica) {
+                candidate = candidate.min(f.leo);
+            }
+        }
+        if candidate > self.hw {
+            self.hw = candidate;
+            assert!(self.hw <= self.local_leo);
+            commands.push(LeaderCommand::AdvanceHw(candidate));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(isr: Vec<i32>) -> LeaderState {
+        // Broker 1 leads epoch 5 over replicas 1,2,3; its log ends at 10, HW 10.
+        LeaderState::new(1, 5, 7, vec![1, 2, 3], isr, 10, 10, 10, 0, 100)
+    }
+
+    /// HW is the minimum LEO over the ISR, the leader included, in a table of fetches.
+    #[test]
+    fn hw_is_min_over_isr() {
+        // (local LEO, follower 2 LEO, follower 3 LEO, expected HW) with ISR {1,2,3}.
+        let table = [
+            (20, 15, 18, 15),
+            (20, 20, 18, 18),
+            (25, 20, 25, 20),
+            (30, 30, 30, 30),
+        ];
+        let mut l = leader(vec![1, 2, 3]);
+        for (local, f2, f3, hw) in table {
+            l.handle_local_leo(local, 1);
+            l.handle_follower_fetch(2, f2, 5, 1).expect("fetch");
+            l.handle_follower_fetch(3, f3, 5, 1).expect("fetch");
+            assert_eq!(l.hw(), hw, "local {local} f2 {f2} f3 {f3}");
+        }
+        // A reordered older fetch never lowers a LEO nor the HW.
+        l.handle_follower_fetch(2, 12, 5, 2).expect("fetch");
+        assert_eq!(l.follower_leo(2), Some(30));
+        assert_eq!(l.hw(), 30);
+    }
+
+    /// The HW waits for an ISR member that has not fetched yet in this epoch, and ignores a
+    /// replica outside the ISR.
+    #[test]
+    fn hw_waits_for_isr_only() {
+        let mut l = leader(vec![1, 2]);
+        assert_eq!(l.handle_local_leo(20, 1), vec![]);
+        // Replica 3 is out of sync and far behind: it must not hold the HW back.
+        l.handle_follower_fetch(3, 0, 5, 1).expect("fetch");
+        assert_eq!(l.hw(), 10);
+        let cmds = l.handle_follower_fetch(2, 20, 5, 1).expect("fetch");
+        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
+    }
+
+    /// A follower that stops catching up is proposed for removal after the lag time, and
+    /// the HW then advances once the shrink is committed.
+    #[test]
+    fn shrink_after_lag_time() {
+        let mut l = leader(vec![1, 2, 3]);
+        l.handle_follower_fetch(2, 10, 5, 0).expect("fetch");
+        l.handle_follower_fetch(3, 10, 5, 0).expect("fetch");
+        l.handle_local_leo(20, 10);
+        // Follower 2 keeps up; follower 3 stops fetching.
+        for t in (20..=200).step_by(20) {
+            l.handle_follower_fetch(2, 20, 5, t).expect("fetch");
+        }
+        assert_eq!(l.hw(), 10, "follower 3 still in ISR holds the HW");
+        assert_eq!(l.handle_tick(100), vec![], "within the lag time");
+        let cmds = l.handle_tick(150);
+        assert_eq!(
+            cmds,
+            vec![LeaderCommand::AlterIsr {
+                new_isr: vec![1, 2],
+                leader_epoch: 5,
+                partition_epoch: 7
+            }]
+        );
+        // While the shrink is pending the HW still counts follower 3 (maximal ISR).
+        assert_eq!(l.handle_tick(160), vec![], "one AlterIsr in flight");
+        assert_eq!(l.hw(), 10);
+        let cmds = l.handle_isr_committed(vec![1, 2], 8);
+        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
+        assert_eq!(l.isr(), &[1, 2]);
+    }
+
+    /// An out-of-sync follower rejoins once it reaches the HW and the epoch start; while the
+    /// expansion is pending it already counts toward the HW.
+    #[test]
+    fn expand_when_caught_up() {
+        let mut l = LeaderState::new(1, 5, 7, vec![1, 2, 3], vec![1, 2], 10, 8, 10, 0, 100);
+        l.handle_follower_fetch(2, 10, 5, 0).expect("fetch");
+        assert_eq!(l.hw(), 10);
+        // At the HW but before the epoch start would also be refused; here LEO 9 < HW 10.
+        assert_eq!(l.handle_follower_fetch(3, 9, 5, 1).expect("fetch"), vec![]);
+        let cmds = l.handle_follower_fetch(3, 10, 5, 2).expect("fetch");
+        assert_eq!(
+            cmds,
+            vec![LeaderCommand::AlterIsr {
+                new_isr: vec![1, 2, 3],
+                leader_epoch: 5,
+                partition_epoch: 7
+            }]
+        );
+        l.handle_local_leo(15, 3);
+        l.handle_follower_fetch(2, 15, 5, 4).expect("fetch");
+        assert_eq!(l.hw(), 10, "pending member 3 holds the HW");
+        l.handle_follower_fetch(3, 15, 5, 5).expect("fetch");
+        assert_eq!(l.hw(), 15);
+        l.handle_isr_committed(vec![1, 2, 3], 8);
+        assert!(l.acks_all_allowed(3));
+    }
+
+    /// A new leader does not admit a follower below its epoch start even if it is past the
+    /// (lagging) HW: that follower may miss records the previous leader committed.
+    #[test]
+    fn expansion_needs_epoch_start() {
+        let mut l = LeaderState::new(1, 5, 7, vec![1, 2, 3], vec![1, 2], 10, 6, 10, 0, 100);
+        assert_eq!(l.handle_follower_fetch(3, 8, 5, 1).expect("fetch"), vec![]);
+        assert!(!l.alter_pending());
+    }
+
+    /// Fetches from strangers, older or newer epochs, or past the log end are refused.
+    #[test]
+    fn fetch_validation() {
+        let mut l = leader(vec![1, 2, 3]);
+        assert_eq!(
+            l.handle_follower_fetch(9, 0, 5, 0),
+            Err(ReplicaError::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            l.handle_follower_fetch(2, 0, 4, 0),
+            Err(ReplicaError::FencedLeaderEpoch)
+        );
+        assert_eq!(
+            l.handle_follower_fetch(2, 0, 6, 0),
+            Err(ReplicaError::UnknownLeaderEpoch)
+        );
+        assert_eq!(
+            l.handle_follower_fetch(2, 11, 5, 0),
+            Err(ReplicaError::OffsetOutOfRange)
+        );
+    }
+}
