@@ -38,3 +38,19 @@ pub const SHARD_CONNECTIONS_MAX: usize = 10_000;
 
 const _: () = assert!(FETCH_RESPONSE_BYTES_MAX >= 1024 * 1024);
 const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);
+
+/// Largest response a replica fetcher accepts from another broker; a follower's Fetch asks
+/// for at most `replica_fetch_response_max_bytes`, so this only guards against a broken peer.
+pub const PEER_RESPONSE_BYTES_MAX: usize = 128 * 1024 * 1024;
+
+/// How often each shard looks for a new metadata image to apply (leaders, followers, ISR).
+pub const METADATA_POLL_MS: u64 = 50;
+
+/// How often each shard's leaders check follower lag (ISR shrink) and their own log end.
+pub const REPLICA_TICK_MS: u64 = 250;
+
+/// Connect and request timeout of a replica fetcher's connection, beyond the Fetch wait.
+pub const PEER_REQUEST_TIMEOUT_MS: u64 = 5_000;
+
+/// Pause before a replica fetcher retries after an error (connection refused, timeout).
+pub const FETCHER_BACKOFF_MS: u64 = 200;

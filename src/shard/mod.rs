@@ -10,6 +10,7 @@ pub mod groups;
 pub mod mesh;
 pub mod notify;
 pub mod ops;
+pub mod peer;
 pub mod runtime;
 
 use std::cell::{Cell, RefCell};
