@@ -1103,11 +1103,12 @@ impl Controller {
             ));
         }
         let add = count as usize - have;
+        // The topic's replication factor: partition 0's, counting a reassignment's target.
         let rf = existing
             .partitions
             .first()
             .map_or(i32::from(self.config.default_replication_factor), |p| {
-                p.replicas.len() as i32
+                (p.replicas.len() - p.removing.len()) as i32
             });
         let assignments = match assignments {
             Some(a) => {
