@@ -624,7 +624,8 @@ impl Controller {
     }
 
     /// Turns one request into the records that carry it out and the response to send once
-    /// they are committed. A refused request yields no records.
+    /// they are committed. A refused operation adds no records (in a batch of topics, the
+    /// others still go ahead, as in Kafka).
     pub fn handle_request(
         &mut self,
         state: &Catalog,
