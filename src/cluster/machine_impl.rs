@@ -63,6 +63,12 @@ impl ControllerMachine {
 
 impl MetadataMachine for ControllerMachine {
     fn apply(&mut self, index: u64, entry: &[u8]) {
+        // An entry at or below the applied index is in the catalog already (say, one the
+        // restored snapshot covers); applying it again would repeat non-idempotent records
+        // such as AddPartitions.
+        if index <= self.applied_index && self.applied_index > 0 {
+            return;
+        }
         self.applied_index = index;
         // An empty entry is the log's own (a new leader's no-op): nothing to apply.
         if entry.is_empty() {
@@ -229,7 +235,7 @@ mod tests {
     }
 
     /// Garbage never panics: an undecodable request gets an INVALID_REQUEST response and no
-    /// entries, an undecodable entry or snapshot changes nothing.
+    /// entries, an undecodable entry or snapshot changes nothing; a repeated index is skipped.
     #[test]
     fn garbage_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -246,6 +252,13 @@ mod tests {
         m.apply(1, b"{\"Bogus\":1}");
         m.apply(2, b"");
         assert_eq!(m.catalog(), &before);
+        // An entry at or below the applied index is not applied twice.
+        let rec = MetadataRecord::ClusterId { id: "c".into() };
+        m.apply(2, &rec.encode());
+        assert_eq!(m.catalog(), &before);
+        m.apply(3, &rec.encode());
+        assert_eq!(m.catalog().cluster_id, "c");
+        let before = m.catalog().clone();
         assert!(m.restore(b"nope").is_err());
         assert_eq!(m.catalog(), &before);
     }

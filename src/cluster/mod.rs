@@ -1,7 +1,9 @@
 //! Cluster metadata: the catalog of topics and where each partition lives (which brokers
 //! hold replicas, which shard on each). In a cluster the catalog is rebuilt from the metadata
-//! log: the controller (`controller`) turns requests into records (`records`), and every node
-//! applies them (`apply`) through the `machine::MetadataMachine` seam.
+//! log: the active controller (`controller`) turns requests into records (`records`), placing
+//! partitions with `placement`; every node applies the records (`apply`) through the
+//! `machine::MetadataMachine` seam (`machine_impl::ControllerMachine`), which publishes the
+//! result to the shards (`catalog::CatalogStore::publish`).
 pub mod apply;
 pub mod catalog;
 pub mod controller;
