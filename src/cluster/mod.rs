@@ -3,3 +3,4 @@
 pub mod catalog;
 pub mod machine;
 pub mod placement;
+pub mod raft;
