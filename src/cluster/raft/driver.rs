@@ -32,6 +32,9 @@ use crate::cluster::machine::MetadataMachine;
 
 /// Requests waiting for the leader (or for a leader) before new ones are refused.
 pub const REQUEST_QUEUE_MAX: usize = 1024;
+/// Forwarded requests remembered after they were answered, so a resent copy is answered
+/// again instead of being carried out twice.
+pub const ANSWERED_REMEMBERED_MAX: usize = 1024;
 /// Events handled in one turn before raft's `Ready` is handled.
 const EVENTS_PER_TURN_MAX: usize = 256;
 /// Inner entries in one raft entry.
@@ -181,6 +184,8 @@ pub struct Driver {
     forwarded: HashMap<u64, Forwarded>,
     next_request_id: u64,
     waiters: Vec<Waiter>,
+    /// ((origin, request id), index, response) of forwarded requests answered here.
+    answered: VecDeque<((u64, u64), u64, Vec<u8>)>,
     is_leader: bool,
     /// `on_leadership(true)` was called and not yet undone.
     active: bool,
@@ -220,8 +225,11 @@ impl Driver {
             queue: VecDeque::new(),
             proposals: VecDeque::new(),
             forwarded: HashMap::new(),
-            next_request_id: 1,
+            // Ids differ across restarts of this node, so a leader's memory of answered
+            // requests cannot match a new request by accident.
+            next_request_id: rand::random::<u64>() >> 1,
             waiters: Vec::new(),
+            answered: VecDeque::new(),
             is_leader: false,
             active: false,
             catch_up_target: None,
@@ -373,6 +381,15 @@ impl Driver {
         if self.queue.iter().any(|q| same(&q.origin))
             || self.proposals.iter().any(|p| same(&p.queued.origin))
         {
+            return;
+        }
+        if let Some((_, index, response)) = self
+            .answered
+            .iter()
+            .find(|(key, _, _)| *key == (origin, request_id))
+        {
+            let (index, response) = (*index, response.clone());
+            self.reply_remote(origin, request_id, ReplyStatus::Ok, index, response);
             return;
         }
         if !self.is_leader || self.queue.len() >= REQUEST_QUEUE_MAX {
@@ -606,13 +623,18 @@ impl Driver {
     }
 
     /// Answers a request whose entries are applied here up to `index`.
-    fn answer(&self, origin: Origin, index: u64, response: Vec<u8>) {
+    fn answer(&mut self, origin: Origin, index: u64, response: Vec<u8>) {
         match origin {
             Origin::Local(reply) => {
                 let _ = reply.send(Ok(response));
             }
             Origin::Abandoned => {}
             Origin::Remote { peer, request_id } => {
+                if self.answered.len() >= ANSWERED_REMEMBERED_MAX {
+                    self.answered.pop_front();
+                }
+                self.answered
+                    .push_back(((peer, request_id), index, response.clone()));
                 self.reply_remote(peer, request_id, ReplyStatus::Ok, index, response)
             }
         }
@@ -627,7 +649,14 @@ impl Driver {
     }
 
     fn on_role(&mut self, leader_id: u64, role: StateRole) {
-        self.shared.leader.store(leader_id, Ordering::Release);
+        let previous = self.shared.leader.swap(leader_id, Ordering::AcqRel);
+        if previous != leader_id && leader_id != 0 {
+            // Requests sent to the old leader may be lost with it: send them again now.
+            let now = Instant::now();
+            for f in self.forwarded.values_mut() {
+                f.resend_at = now;
+            }
+        }
         let leads = role == StateRole::Leader;
         if leads != self.is_leader {
             tracing::info!(
@@ -726,8 +755,19 @@ impl Driver {
         self.applied = meta.index;
         self.last_snapshot_index = meta.index;
         self.shared.applied.store(meta.index, Ordering::Release);
-        // Anything waiting on an index the snapshot covers is complete.
-        self.complete_proposals(meta.index, None);
+        // Whether proposals the snapshot covers committed is unknown: they are answered
+        // with a timeout, never retried blindly (that could apply them twice).
+        while self
+            .proposals
+            .front()
+            .is_some_and(|p| p.index <= meta.index)
+        {
+            if let Some(p) = self.proposals.pop_front() {
+                if let Origin::Local(reply) = p.queued.origin {
+                    let _ = reply.send(Err(RaftError::Timeout));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -754,19 +794,18 @@ impl Driver {
             }
             self.applied = e.index;
             self.shared.applied.store(e.index, Ordering::Release);
-            self.complete_proposals(e.index, Some(e.term));
+            self.complete_proposals(e.index, e.term);
         }
         Ok(())
     }
 
-    /// Settles proposals at or below `index`, which now holds an entry of `term` (`None`
-    /// after a snapshot, where the term of each covered index is unknown).
-    fn complete_proposals(&mut self, index: u64, term: Option<u64>) {
+    /// Settles proposals at or below `index`, which now holds an entry of `term`.
+    fn complete_proposals(&mut self, index: u64, term: u64) {
         while self.proposals.front().is_some_and(|p| p.index <= index) {
             let Some(p) = self.proposals.pop_front() else {
                 break;
             };
-            if p.index == index && term == Some(p.term) {
+            if p.index == index && term == p.term {
                 self.answer(p.queued.origin, index, p.response);
                 continue;
             }
