@@ -35,6 +35,8 @@ pub const REQUEST_QUEUE_MAX: usize = 1024;
 /// Forwarded requests remembered after they were answered, so a resent copy is answered
 /// again instead of being carried out twice.
 pub const ANSWERED_REMEMBERED_MAX: usize = 1024;
+/// Bytes of entries in one answer to an observer's fetch (at least one entry is sent).
+pub const FETCH_BYTES_MAX: u64 = 1 << 20;
 /// Events handled in one turn before raft's `Ready` is handled.
 const EVENTS_PER_TURN_MAX: usize = 256;
 /// Inner entries in one raft entry.
@@ -45,10 +47,23 @@ pub type Reply = oneshot::Sender<Result<Vec<u8>, RaftError>>;
 
 /// What the driver thread is told.
 pub enum Event {
-    Request { request: Vec<u8>, reply: Reply },
+    Request {
+        request: Vec<u8>,
+        reply: Reply,
+    },
     Frame(Frame),
-    SnapshotStatus { to: u64, ok: bool },
-    Unreachable { to: u64 },
+    /// A frame from an observer (`Fetch` or `ClientForward`), answered on `reply`.
+    Client {
+        frame: Frame,
+        reply: flume::Sender<Frame>,
+    },
+    SnapshotStatus {
+        to: u64,
+        ok: bool,
+    },
+    Unreachable {
+        to: u64,
+    },
     Shutdown,
 }
 
@@ -63,7 +78,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn set_caught_up(&self) {
+    pub fn set_caught_up(&self) {
         if let Ok(mut c) = self.caught_up.lock() {
             *c = true;
         }
@@ -85,6 +100,8 @@ enum Origin {
         peer: u64,
         request_id: u64,
     },
+    /// From an observer, answered on its connection.
+    Conn(flume::Sender<Frame>),
     /// The caller was answered already (timed out); a late commit answers nobody.
     Abandoned,
 }
@@ -156,6 +173,16 @@ pub fn decode_batch(data: &[u8]) -> Result<Vec<&[u8]>, String> {
         return Err("trailing bytes in batch".into());
     }
     Ok(out)
+}
+
+/// Tells an observer to send its request again (to the leader, once it knows it).
+fn retry_frame() -> Frame {
+    Frame::ForwardReply {
+        request_id: 0,
+        status: ReplyStatus::Retry,
+        index: 0,
+        response: Vec::new(),
+    }
 }
 
 fn now_ms() -> u64 {
@@ -356,6 +383,30 @@ impl Driver {
                     }
                 }
             }
+            Event::Client {
+                frame: Frame::Fetch { from_index },
+                reply,
+            } => {
+                let _ = reply.try_send(self.fetch_reply(from_index));
+            }
+            Event::Client {
+                frame: Frame::ClientForward { request },
+                reply,
+            } => {
+                if !self.is_leader || self.queue.len() >= REQUEST_QUEUE_MAX {
+                    let _ = reply.try_send(retry_frame());
+                } else {
+                    self.queue.push_back(Queued {
+                        request,
+                        origin: Origin::Conn(reply),
+                        deadline: Instant::now() + self.cfg.request_timeout,
+                    });
+                }
+            }
+            Event::Client { .. } => {}
+            // Observer frames are only meaningful as `Client` events (they need an answer).
+            Event::Frame(Frame::Fetch { .. } | Frame::FetchReply { .. })
+            | Event::Frame(Frame::ClientForward { .. }) => {}
             Event::SnapshotStatus { to, ok } => {
                 let status = if ok {
                     SnapshotStatus::Finish
@@ -424,6 +475,41 @@ impl Driver {
                     response,
                 },
             );
+        }
+    }
+
+    /// Committed entries from `from_index`, or the snapshot if they were compacted away.
+    fn fetch_reply(&self, from_index: u64) -> Frame {
+        let leader = self.leader();
+        let commit = self.node.raft.raft_log.committed;
+        let store = self.node.store();
+        let first = store.first_index().unwrap_or(1);
+        if from_index < first && !store.snapshot.is_empty() {
+            return Frame::FetchReply {
+                leader,
+                commit,
+                snapshot: Some(store.snapshot.clone()),
+                entries: Vec::new(),
+            };
+        }
+        let high = commit.min(store.last_index().unwrap_or(0));
+        let entries = if from_index >= first && from_index <= high {
+            store
+                .entries(
+                    from_index,
+                    high + 1,
+                    FETCH_BYTES_MAX,
+                    GetEntriesContext::empty(false),
+                )
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        Frame::FetchReply {
+            leader,
+            commit,
+            snapshot: None,
+            entries,
         }
     }
 
@@ -593,6 +679,9 @@ impl Driver {
             }
             match q.origin {
                 Origin::Abandoned => {}
+                Origin::Conn(reply) => {
+                    let _ = reply.try_send(retry_frame());
+                }
                 Origin::Remote { peer, request_id } => {
                     self.reply_remote(peer, request_id, ReplyStatus::Retry, 0, Vec::new());
                 }
@@ -629,6 +718,14 @@ impl Driver {
                 let _ = reply.send(Ok(response));
             }
             Origin::Abandoned => {}
+            Origin::Conn(reply) => {
+                let _ = reply.try_send(Frame::ForwardReply {
+                    request_id: 0,
+                    status: ReplyStatus::Ok,
+                    index,
+                    response,
+                });
+            }
             Origin::Remote { peer, request_id } => {
                 if self.answered.len() >= ANSWERED_REMEMBERED_MAX {
                     self.answered.pop_front();
@@ -679,6 +776,9 @@ impl Driver {
                         self.reply_remote(peer, request_id, ReplyStatus::Retry, 0, Vec::new())
                     }
                     Origin::Abandoned => {}
+                    Origin::Conn(reply) => {
+                        let _ = reply.try_send(retry_frame());
+                    }
                     Origin::Local(_) => keep.push_back(q),
                 }
             }

@@ -12,10 +12,12 @@
 //! Faults survived: kill -9 (entries, hard state, conf state and snapshots are fsynced before
 //! anything depends on them; a torn log tail is truncated at start), loss of a minority of
 //! voters, lost or duplicated frames, leader changes during a request (it is retried until
-//! `request_timeout_ms`). Not supported yet: changing the voter set at run time, and
-//! observers (nodes that are not voters): `start` refuses them with `NotVoter`.
+//! `request_timeout_ms`). A node that is not among the voters runs as an observer
+//! (`observer`): it pulls committed entries from the voters and forwards its requests.
+//! Not supported yet: changing the voter set at run time.
 
 mod driver;
+mod observer;
 mod storage;
 mod transport;
 
@@ -115,6 +117,7 @@ struct Inner {
     shared: Arc<Shared>,
     threads: Mutex<Threads>,
     listen_addr: Option<SocketAddr>,
+    is_voter: bool,
 }
 
 /// A handle on the metadata log; clones share it.
@@ -196,7 +199,7 @@ impl MetadataLog {
             cfg.voters.iter().map(|&(id, _)| raft_id(id)).collect()
         };
         if !voters.contains(&self_id) {
-            return Err(RaftError::NotVoter);
+            return Self::start_observer(&cfg, machine);
         }
         let peers: Vec<(u64, SocketAddr)> = cfg
             .voters
@@ -341,6 +344,50 @@ impl MetadataLog {
                     listener: listener_thread,
                 }),
                 listen_addr,
+                is_voter: true,
+            }),
+        })
+    }
+
+    /// A node outside the voter set follows the log without voting (see `observer`).
+    fn start_observer(
+        cfg: &RaftConfig,
+        machine: Box<dyn MetadataMachine>,
+    ) -> Result<MetadataLog, RaftError> {
+        let (tx, rx) = flume::bounded(EVENT_QUEUE_MAX);
+        let shared = Arc::new(Shared {
+            leader: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            caught_up: Mutex::new(false),
+            caught_up_changed: Condvar::new(),
+        });
+        let voters = cfg
+            .voters
+            .iter()
+            .map(|&(id, addr)| (raft_id(id), addr))
+            .collect();
+        let observer = observer::Observer::new(
+            machine,
+            rx,
+            shared.clone(),
+            voters,
+            Duration::from_millis(cfg.tick_ms),
+            Duration::from_millis(cfg.request_timeout_ms),
+        );
+        let thread = std::thread::Builder::new()
+            .name(format!("raft-observer-{}", cfg.node_id))
+            .spawn(move || observer.run())?;
+        Ok(MetadataLog {
+            inner: Arc::new(Inner {
+                events: tx,
+                shared,
+                threads: Mutex::new(Threads {
+                    driver: Some(thread),
+                    listener: None,
+                }),
+                listen_addr: None,
+                is_voter: false,
             }),
         })
     }
@@ -375,9 +422,9 @@ impl MetadataLog {
             .checked_sub(1)
     }
 
-    /// Always true for now: `start` refuses nodes that are not voters.
+    /// False for an observer (a node outside `voters`).
     pub fn is_voter(&self) -> bool {
-        true
+        self.inner.is_voter
     }
 
     pub fn applied_index(&self) -> u64 {

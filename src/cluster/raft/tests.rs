@@ -429,3 +429,50 @@ fn fresh_voter_catches_up_from_snapshot() {
         n.0.shutdown();
     }
 }
+
+/// A node outside the voter set runs as an observer: it follows the log by fetching from the
+/// voters (including a snapshot once their logs are compacted), its requests are forwarded
+/// to the leader and answered after it applied them, and it never votes.
+#[test]
+fn observer_follows_and_forwards() {
+    let (cluster, listeners) = Cluster::new(3, 5);
+    let nodes: Vec<(MetadataLog, Arc<Mutex<KvState>>)> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| cluster.start(i, Some(l)))
+        .collect();
+    agreed_leader(&nodes.iter().map(|n| &n.0).collect::<Vec<_>>());
+    for i in 0..12 {
+        set(&nodes[i % 3].0, &format!("k{i}={i}"));
+    }
+    let observer_dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = fast_config(7, observer_dir.path());
+    cfg.voters = cluster.voters.clone();
+    let (machine, state) = kv();
+    let observer = MetadataLog::start(cfg, machine).expect("observer");
+    assert!(!observer.is_voter());
+    observer
+        .wait_caught_up(Duration::from_secs(10))
+        .expect("caught up");
+    let expected = map_of(&nodes[0].1);
+    wait_until("observer converges", Duration::from_secs(5), || {
+        map_of(&state) == expected
+    });
+    // The voters compacted at 5 entries, so the observer started from their snapshot.
+    assert_eq!(state.lock().expect("lock").restores, 1);
+    set(&observer, "from_observer=1");
+    assert_eq!(
+        map_of(&state).get("from_observer").map(String::as_str),
+        Some("1")
+    );
+    assert!(observer.active_controller().is_some_and(|l| l < 3));
+    for n in &nodes {
+        wait_until("voters see it", Duration::from_secs(5), || {
+            map_of(&n.1).contains_key("from_observer")
+        });
+    }
+    observer.shutdown();
+    for n in &nodes {
+        n.0.shutdown();
+    }
+}

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ::raft::eraftpb::{Message, MessageType};
+use ::raft::eraftpb::{Entry, Message, MessageType, Snapshot};
 use protobuf::Message as _;
 
 use super::driver::Event;
@@ -40,6 +40,11 @@ const FRAME_HEADER_BYTES: usize = 5;
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_FORWARD_REPLY: u8 = 3;
+const KIND_FETCH: u8 = 4;
+const KIND_FETCH_REPLY: u8 = 5;
+const KIND_CLIENT_FORWARD: u8 = 6;
+/// How long a voter's reader waits for the driver to answer an observer's frame.
+const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How the leader answered a forwarded request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +70,24 @@ pub enum Frame {
         status: ReplyStatus,
         index: u64,
         response: Vec<u8>,
+    },
+    /// Observer -> voter: committed entries from `from_index` on, please. Answered with a
+    /// `FetchReply` on the same connection.
+    Fetch {
+        from_index: u64,
+    },
+    /// The voter's leader (raft id, 0 = unknown), its commit index, and either the snapshot
+    /// (when `from_index` was compacted away) or committed entries from `from_index`.
+    FetchReply {
+        leader: u64,
+        commit: u64,
+        snapshot: Option<Snapshot>,
+        entries: Vec<Entry>,
+    },
+    /// Observer -> voter: a request for the leader, answered with a `ForwardReply` on the
+    /// same connection.
+    ClientForward {
+        request: Vec<u8>,
     },
 }
 
@@ -112,6 +135,39 @@ impl Frame {
                 out.extend_from_slice(response);
                 KIND_FORWARD_REPLY
             }
+            Frame::Fetch { from_index } => {
+                out.extend_from_slice(&from_index.to_le_bytes());
+                KIND_FETCH
+            }
+            Frame::FetchReply {
+                leader,
+                commit,
+                snapshot,
+                entries,
+            } => {
+                out.extend_from_slice(&leader.to_le_bytes());
+                out.extend_from_slice(&commit.to_le_bytes());
+                let snap = match snapshot {
+                    Some(s) => s
+                        .write_to_bytes()
+                        .map_err(|e| FrameError::BadMessage(e.to_string()))?,
+                    None => Vec::new(),
+                };
+                out.extend_from_slice(&(snap.len() as u32).to_le_bytes());
+                out.extend_from_slice(&snap);
+                for e in entries {
+                    let bytes = e
+                        .write_to_bytes()
+                        .map_err(|e| FrameError::BadMessage(e.to_string()))?;
+                    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&bytes);
+                }
+                KIND_FETCH_REPLY
+            }
+            Frame::ClientForward { request } => {
+                out.extend_from_slice(request);
+                KIND_CLIENT_FORWARD
+            }
         };
         let len = out.len() - FRAME_HEADER_BYTES;
         if len > FRAME_BYTES_MAX {
@@ -157,6 +213,51 @@ impl Frame {
                     response: payload.get(17..).ok_or(FrameError::Truncated)?.to_vec(),
                 })
             }
+            KIND_FETCH => Ok(Frame::Fetch {
+                from_index: u64_at(payload, 0)?,
+            }),
+            KIND_FETCH_REPLY => {
+                fn u32_at(b: &[u8], at: usize) -> Result<usize, FrameError> {
+                    let s = b.get(at..at + 4).ok_or(FrameError::Truncated)?;
+                    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize)
+                }
+                let leader = u64_at(payload, 0)?;
+                let commit = u64_at(payload, 8)?;
+                let snap_len = u32_at(payload, 16)?;
+                let snap_bytes = payload
+                    .get(20..20 + snap_len)
+                    .ok_or(FrameError::Truncated)?;
+                let snapshot = if snap_len == 0 {
+                    None
+                } else {
+                    Some(
+                        Snapshot::parse_from_bytes(snap_bytes)
+                            .map_err(|e| FrameError::BadMessage(e.to_string()))?,
+                    )
+                };
+                let mut entries = Vec::new();
+                let mut at = 20 + snap_len;
+                while at < payload.len() {
+                    let len = u32_at(payload, at)?;
+                    let bytes = payload
+                        .get(at + 4..at + 4 + len)
+                        .ok_or(FrameError::Truncated)?;
+                    entries.push(
+                        Entry::parse_from_bytes(bytes)
+                            .map_err(|e| FrameError::BadMessage(e.to_string()))?,
+                    );
+                    at += 4 + len;
+                }
+                Ok(Frame::FetchReply {
+                    leader,
+                    commit,
+                    snapshot,
+                    entries,
+                })
+            }
+            KIND_CLIENT_FORWARD => Ok(Frame::ClientForward {
+                request: payload.to_vec(),
+            }),
             other => Err(FrameError::UnknownKind(other)),
         }
     }
@@ -300,6 +401,52 @@ fn send_loop(
     }
 }
 
+/// A request/response connection from an observer to one voter.
+pub struct ClientConnection {
+    pub addr: SocketAddr,
+    stream: Option<TcpStream>,
+}
+
+impl ClientConnection {
+    pub fn new(addr: SocketAddr) -> ClientConnection {
+        ClientConnection { addr, stream: None }
+    }
+
+    /// Sends `frame` and reads the one frame that answers it, within `timeout`. Any error
+    /// drops the connection; the next call dials again.
+    pub fn call(&mut self, frame: &Frame, timeout: Duration) -> Result<Frame, String> {
+        let result = self.call_inner(frame, timeout);
+        if result.is_err() {
+            self.stream = None;
+        }
+        result
+    }
+
+    fn call_inner(&mut self, frame: &Frame, timeout: Duration) -> Result<Frame, String> {
+        let bytes = frame.encode().map_err(|e| e.to_string())?;
+        if self.stream.is_none() {
+            let s = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT)
+                .map_err(|e| e.to_string())?;
+            let _ = s.set_nodelay(true);
+            let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+            self.stream = Some(s);
+        }
+        let s = self.stream.as_mut().ok_or("not connected")?;
+        s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .map_err(|e| e.to_string())?;
+        s.write_all(&bytes).map_err(|e| e.to_string())?;
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        s.read_exact(&mut header).map_err(|e| e.to_string())?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        if len > FRAME_BYTES_MAX {
+            return Err(format!("frame of {len} bytes"));
+        }
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).map_err(|e| e.to_string())?;
+        Frame::decode(header[4], &payload).map_err(|e| e.to_string())
+    }
+}
+
 /// Accepts peers' connections and turns their frames into driver events.
 pub fn spawn_listener(
     listener: TcpListener,
@@ -337,6 +484,7 @@ pub fn spawn_listener(
 
 fn read_loop(mut stream: TcpStream, events: &flume::Sender<Event>, shutdown: &AtomicBool) {
     let _ = stream.set_read_timeout(Some(POLL_INTERVAL));
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
@@ -363,6 +511,20 @@ fn read_loop(mut stream: TcpStream, events: &flume::Sender<Event>, shutdown: &At
                 break;
             };
             match Frame::decode(kind, payload) {
+                Ok(frame @ (Frame::Fetch { .. } | Frame::ClientForward { .. })) => {
+                    // An observer waits for the answer on this connection.
+                    let (tx, rx) = flume::bounded(1);
+                    if events.try_send(Event::Client { frame, reply: tx }).is_err() {
+                        return;
+                    }
+                    let Ok(answer) = rx.recv_timeout(CLIENT_REPLY_TIMEOUT) else {
+                        return;
+                    };
+                    let Ok(bytes) = answer.encode() else { return };
+                    if (&stream).write_all(&bytes).is_err() {
+                        return;
+                    }
+                }
                 Ok(frame) => {
                     // A full driver queue drops the frame; raft and forwarders retry.
                     let _ = events.try_send(Event::Frame(frame));
@@ -404,6 +566,25 @@ mod tests {
                 index: 42,
                 response: b"resp".to_vec(),
             },
+            Frame::Fetch { from_index: 5 },
+            Frame::FetchReply {
+                leader: 2,
+                commit: 9,
+                snapshot: Some({
+                    let mut snap = Snapshot::default();
+                    snap.mut_metadata().index = 4;
+                    snap.set_data(b"machine".to_vec().into());
+                    snap
+                }),
+                entries: vec![Entry {
+                    index: 5,
+                    term: 1,
+                    ..Default::default()
+                }],
+            },
+            Frame::ClientForward {
+                request: b"req".to_vec(),
+            },
         ];
         for f in &frames {
             let bytes = f.encode().expect("encode");
@@ -414,5 +595,8 @@ mod tests {
         assert!(Frame::decode(KIND_FORWARD, b"short").is_err());
         assert!(Frame::decode(KIND_FORWARD_REPLY, &[0u8; 9]).is_err());
         assert!(Frame::decode(KIND_RAFT, &[0xff, 0xff, 0xff]).is_err());
+        let mut reply = vec![0u8; 20];
+        reply[16] = 200; // a snapshot length past the end
+        assert!(Frame::decode(KIND_FETCH_REPLY, &reply).is_err());
     }
 }
