@@ -35,6 +35,8 @@ pub const REQUEST_QUEUE_MAX: usize = 1024;
 /// Forwarded requests remembered after they were answered, so a resent copy is answered
 /// again instead of being carried out twice.
 pub const ANSWERED_REMEMBERED_MAX: usize = 1024;
+/// Largest raft entry proposed: it must fit in one frame with its message around it.
+pub const ENTRY_BYTES_MAX: usize = super::transport::FRAME_BYTES_MAX - 4096;
 /// Bytes of entries in one answer to an observer's fetch (at least one entry is sent).
 pub const FETCH_BYTES_MAX: u64 = 1 << 20;
 /// Events handled in one turn before raft's `Ready` is handled.
@@ -193,19 +195,19 @@ fn now_ms() -> u64 {
 }
 
 pub struct Driver {
-    pub node: RawNode<MemLog>,
-    pub disk: DiskStorage,
-    pub machine: Box<dyn MetadataMachine>,
-    pub transport: Option<Transport>,
-    pub events: flume::Receiver<Event>,
-    pub shared: Arc<Shared>,
-    pub cfg: DriverConfig,
-    pub conf_state: ConfState,
-    pub self_id: u64,
-    pub applied: u64,
-    pub last_snapshot_index: u64,
+    node: RawNode<MemLog>,
+    disk: DiskStorage,
+    machine: Box<dyn MetadataMachine>,
+    transport: Option<Transport>,
+    events: flume::Receiver<Event>,
+    shared: Arc<Shared>,
+    cfg: DriverConfig,
+    conf_state: ConfState,
+    self_id: u64,
+    applied: u64,
+    last_snapshot_index: u64,
     /// The commit index found on disk: catching up means applying at least this far.
-    pub start_commit: u64,
+    start_commit: u64,
     queue: VecDeque<Queued>,
     proposals: VecDeque<Proposal>,
     forwarded: HashMap<u64, Forwarded>,
@@ -379,6 +381,12 @@ impl Driver {
                         ReplyStatus::Retry => {
                             f.resend_at = Instant::now() + self.cfg.tick;
                             self.forwarded.insert(request_id, f);
+                        }
+                        ReplyStatus::TooLarge => {
+                            let _ = f.reply.send(Err(RaftError::TooLarge {
+                                len: 0,
+                                max: ENTRY_BYTES_MAX,
+                            }));
                         }
                     }
                 }
@@ -661,7 +669,13 @@ impl Driver {
                     self.answer(q.origin, index, response);
                     continue;
                 }
-                if let Err(e) = self.node.propose(Vec::new(), encode_batch(&entries)) {
+                let data = encode_batch(&entries);
+                if data.len() > ENTRY_BYTES_MAX {
+                    tracing::warn!(bytes = data.len(), "metadata request too large to propose");
+                    self.reject_too_large(q.origin, data.len());
+                    continue;
+                }
+                if let Err(e) = self.node.propose(Vec::new(), data) {
                     tracing::warn!(error = %e, "metadata log proposal dropped; will retry");
                     self.queue.push_front(q);
                     return;
@@ -708,6 +722,29 @@ impl Driver {
                     );
                 }
             }
+        }
+    }
+
+    fn reject_too_large(&mut self, origin: Origin, len: usize) {
+        match origin {
+            Origin::Local(reply) => {
+                let _ = reply.send(Err(RaftError::TooLarge {
+                    len,
+                    max: ENTRY_BYTES_MAX,
+                }));
+            }
+            Origin::Conn(reply) => {
+                let _ = reply.try_send(Frame::ForwardReply {
+                    request_id: 0,
+                    status: ReplyStatus::TooLarge,
+                    index: 0,
+                    response: Vec::new(),
+                });
+            }
+            Origin::Remote { peer, request_id } => {
+                self.reply_remote(peer, request_id, ReplyStatus::TooLarge, 0, Vec::new())
+            }
+            Origin::Abandoned => {}
         }
     }
 

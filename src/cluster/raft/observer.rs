@@ -261,6 +261,15 @@ impl Observer {
                 response,
                 deadline: p.deadline,
             }),
+            Ok(Frame::ForwardReply {
+                status: ReplyStatus::TooLarge,
+                ..
+            }) => {
+                let _ = p.reply.send(Err(RaftError::TooLarge {
+                    len: p.request.len(),
+                    max: super::driver::ENTRY_BYTES_MAX,
+                }));
+            }
             // Not the leader any more, or no answer in time: the deadline decides.
             _ => self.pending.push_front(p),
         }

@@ -53,6 +53,8 @@ pub enum ReplyStatus {
     Ok = 0,
     /// The receiver is not (or no longer) the leader, or is overloaded: try again.
     Retry = 1,
+    /// The request's entries would not fit in a raft entry; it was not carried out.
+    TooLarge = 2,
 }
 
 /// One frame on the wire.
@@ -203,6 +205,7 @@ impl Frame {
                 let status = match payload.get(8) {
                     Some(0) => ReplyStatus::Ok,
                     Some(1) => ReplyStatus::Retry,
+                    Some(2) => ReplyStatus::TooLarge,
                     Some(_) => return Err(FrameError::BadMessage("reply status".into())),
                     None => return Err(FrameError::Truncated),
                 };
