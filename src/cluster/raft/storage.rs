@@ -15,6 +15,9 @@
 //! appends are fsynced before anything depends on them. A corrupt `state` or `snapshot`
 //! file is reported as `Corrupt`, never guessed at.
 //!
+//! A `lock` file is held with `flock` while the storage is open, so two logs (two processes,
+//! or two instances in one process) can never write the same directory.
+//!
 //! After a snapshot the log is rewritten (temp file, fsync, rename, fsync dir) to hold only
 //! the entries from the snapshot index on, so it does not grow without bound.
 
@@ -37,6 +40,7 @@ pub const LOG_RECORD_BYTES_MAX: usize = super::transport::FRAME_BYTES_MAX;
 const LOG_FILE: &str = "log";
 const STATE_FILE: &str = "state";
 const SNAPSHOT_FILE: &str = "snapshot";
+const LOCK_FILE: &str = "lock";
 const RECORD_HEADER_BYTES: usize = 8;
 
 /// What was found on disk at open.
@@ -55,6 +59,27 @@ pub struct DiskStorage {
     log_bytes: u64,
     /// (entry index, byte offset of its record), one per entry in the file, in order.
     positions: Vec<(u64, u64)>,
+    /// Holds the directory's exclusive lock until dropped.
+    _lock: File,
+}
+
+/// Takes an exclusive, non-blocking `flock` on `dir/lock`.
+fn lock_dir(dir: &Path) -> Result<File, RaftError> {
+    use std::os::fd::AsRawFd;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    // SAFETY: flock on a file descriptor this function owns; no memory is involved.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(RaftError::Io(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            format!("{} is in use by another metadata log", dir.display()),
+        )));
+    }
+    Ok(f)
 }
 
 fn corrupt(path: &Path, reason: impl Into<String>) -> RaftError {
@@ -100,6 +125,7 @@ impl DiskStorage {
     /// Opens (creating if needed) the files in `dir`, truncating a torn log tail.
     pub fn open(dir: &Path) -> Result<(DiskStorage, Recovered), RaftError> {
         std::fs::create_dir_all(dir)?;
+        let lock = lock_dir(dir)?;
         let snapshot = match read_optional(&dir.join(SNAPSHOT_FILE))? {
             None => None,
             Some(bytes) => Some(decode_snapshot(&dir.join(SNAPSHOT_FILE), &bytes)?),
@@ -174,6 +200,7 @@ impl DiskStorage {
             log,
             log_bytes: valid_bytes as u64,
             positions,
+            _lock: lock,
         };
         Ok((
             disk,

@@ -203,7 +203,7 @@ fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
 
 /// The log file follows raft-rs's overwrites: appending from an earlier index truncates the
 /// replaced suffix, and a reopen sees exactly the surviving entries; a rewrite (compaction)
-/// keeps only what it is given.
+/// keeps only what it is given; an open directory cannot be opened twice.
 #[test]
 fn disk_log_truncates_replaced_suffix_and_rewrites() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -216,6 +216,8 @@ fn disk_log_truncates_replaced_suffix_and_rewrites() {
             .expect("append over a suffix");
     }
     let (mut disk, rec) = DiskStorage::open(dir.path()).expect("reopen");
+    // While open, the directory is locked against a second log.
+    assert!(DiskStorage::open(dir.path()).is_err());
     let seen: Vec<(u64, u64)> = rec.entries.iter().map(|e| (e.index, e.term)).collect();
     assert_eq!(seen, vec![(1, 1), (2, 1), (3, 2), (4, 2)]);
     let before = disk.log_bytes();
