@@ -18,18 +18,27 @@ struct KvState {
     map: BTreeMap<String, String>,
     leadership: Vec<bool>,
     restores: usize,
+    /// `tick` entries applied.
+    ticks: usize,
 }
 
 /// Requests: `k=v` sets a key, `multi a=1,b=2` sets several atomically, `get k` reads.
+/// On the leader, `tick` proposes a `tick` entry while `ticks_to_propose` lasts.
 struct KvMachine {
     state: Arc<Mutex<KvState>>,
+    ticks_to_propose: usize,
 }
 
 fn kv() -> (Box<dyn MetadataMachine>, Arc<Mutex<KvState>>) {
+    kv_ticking(0)
+}
+
+fn kv_ticking(ticks_to_propose: usize) -> (Box<dyn MetadataMachine>, Arc<Mutex<KvState>>) {
     let state = Arc::new(Mutex::new(KvState::default()));
     (
         Box::new(KvMachine {
             state: state.clone(),
+            ticks_to_propose,
         }),
         state,
     )
@@ -37,6 +46,10 @@ fn kv() -> (Box<dyn MetadataMachine>, Arc<Mutex<KvState>>) {
 
 impl MetadataMachine for KvMachine {
     fn apply(&mut self, _index: u64, entry: &[u8]) {
+        if entry == b"tick" {
+            self.state.lock().expect("lock").ticks += 1;
+            return;
+        }
         let text = String::from_utf8_lossy(entry);
         if let Some((k, v)) = text.split_once('=') {
             self.state
@@ -83,7 +96,11 @@ impl MetadataMachine for KvMachine {
     }
 
     fn tick(&mut self, _now_ms: u64) -> Vec<Vec<u8>> {
-        Vec::new()
+        if self.ticks_to_propose == 0 {
+            return Vec::new();
+        }
+        self.ticks_to_propose -= 1;
+        vec![b"tick".to_vec()]
     }
 
     fn on_leadership(&mut self, active: bool, _now_ms: u64) {
@@ -127,12 +144,13 @@ fn log_path(dir: &Path) -> PathBuf {
 }
 
 /// A single voter elects itself, applies requests (one entry, several atomically, and a read
-/// with no entries), restores everything from disk after a restart, and truncates a torn
-/// tail appended to its log file (a half-written record, then a record with a bad CRC).
+/// with no entries) and the entries its machine's `tick` proposes, restores everything from
+/// disk after a restart, and truncates a torn tail appended to its log file (a half-written
+/// record, then a record with a bad CRC).
 #[test]
 fn single_node_applies_restarts_and_truncates_torn_tail() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (machine, state) = kv();
+    let (machine, state) = kv_ticking(3);
     let log = MetadataLog::start(fast_config(0, dir.path()), machine).expect("start");
     log.wait_caught_up(Duration::from_secs(5))
         .expect("caught up");
@@ -145,6 +163,9 @@ fn single_node_applies_restarts_and_truncates_torn_tail() {
     assert_eq!(log.active_controller(), Some(0));
     assert!(log.is_voter());
     assert_eq!(state.lock().expect("lock").leadership, vec![true]);
+    wait_until("tick entries", Duration::from_secs(5), || {
+        state.lock().expect("lock").ticks == 3
+    });
     let applied = log.applied_index();
     log.shutdown();
     assert!(matches!(
@@ -168,6 +189,11 @@ fn single_node_applies_restarts_and_truncates_torn_tail() {
     log.wait_caught_up(Duration::from_secs(5))
         .expect("caught up");
     assert_eq!(map_of(&state), before);
+    assert_eq!(
+        state.lock().expect("lock").ticks,
+        3,
+        "tick entries replayed"
+    );
     assert!(log.applied_index() >= applied);
     set(&log, "e=5");
     log.shutdown();
@@ -359,8 +385,12 @@ fn three_voters_replicate_fail_over_and_catch_up() {
     }
 
     // The leader goes away; the survivors elect another and keep going.
-    let (old, _) = nodes[leader].take().expect("leader");
+    let (old, old_state) = nodes[leader].take().expect("leader");
     old.shutdown();
+    assert_eq!(
+        old_state.lock().expect("lock").leadership,
+        vec![true, false]
+    );
     let survivors: Vec<&MetadataLog> = nodes.iter().flatten().map(|n| &n.0).collect();
     let new_leader = {
         let mut l = 0;
@@ -374,6 +404,8 @@ fn three_voters_replicate_fail_over_and_catch_up() {
     for (j, log) in survivors.iter().enumerate() {
         set(log, &format!("after{j}=y"));
     }
+    let new_state = &nodes[new_leader].as_ref().expect("new leader").1;
+    assert_eq!(new_state.lock().expect("lock").leadership, vec![true]);
 
     // The old leader comes back from its directory and catches up.
     let (back, back_state) = cluster.start(leader, None);
