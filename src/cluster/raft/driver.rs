@@ -300,6 +300,8 @@ impl Driver {
                 self.node.tick();
                 self.on_tick();
             }
+            // A forwarded request's answer may name an index applied already.
+            self.release_waiters();
             // Applying may make the leader idle again, which lets the next request in.
             loop {
                 self.process_queue();
@@ -429,6 +431,10 @@ impl Driver {
     }
 
     fn step(&mut self, m: Message) {
+        if m.to != self.self_id {
+            tracing::debug!(to = m.to, "dropping a raft message meant for another node");
+            return;
+        }
         if let Err(e) = self.node.step(m) {
             tracing::debug!(error = %e, "metadata log ignored a raft message");
         }
@@ -959,14 +965,23 @@ impl Driver {
         }
     }
 
-    fn after_apply(&mut self) -> Result<(), RaftError> {
+    /// Answers forwarded requests whose index this node has applied.
+    fn release_waiters(&mut self) {
         let applied = self.applied;
+        if self.waiters.iter().all(|w| w.index > applied) {
+            return;
+        }
         let (ready, waiting): (Vec<_>, Vec<_>) =
             self.waiters.drain(..).partition(|w| w.index <= applied);
         self.waiters = waiting;
         for w in ready {
             let _ = w.reply.send(Ok(w.response));
         }
+    }
+
+    fn after_apply(&mut self) -> Result<(), RaftError> {
+        let applied = self.applied;
+        self.release_waiters();
         if !self.caught_up && self.catch_up_target.is_some_and(|t| applied >= t) {
             self.caught_up = true;
             tracing::info!(applied, "metadata log caught up");
