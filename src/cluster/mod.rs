@@ -11,3 +11,4 @@ pub mod machine;
 pub mod machine_impl;
 pub mod placement;
 pub mod records;
+pub mod raft;
