@@ -7,14 +7,13 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::limits::PRODUCER_ID_BLOCK;
 
 #[derive(Debug, Error)]
 pub enum CatalogError {
@@ -171,55 +170,25 @@ impl Catalog {
     }
 }
 
-/// The catalog shared by all shards of this broker.
+/// The catalog shared by all shards of this broker: the latest metadata image applied from
+/// the metadata log. Readers take lock-free snapshots; the metadata log's thread publishes.
 pub struct CatalogStore {
-    path: PathBuf,
     current: ArcSwap<Catalog>,
-    /// Serialises writers (control plane only).
-    write: Mutex<()>,
-    next_producer_id: AtomicI64,
+    /// Bumped on every publish, so shards notice a new image with one atomic load.
+    version: AtomicU64,
 }
 
-const CATALOG_FILE: &str = "catalog.json";
-
 impl CatalogStore {
-    /// Loads the catalog from `meta_dir`, or starts an empty one.
-    pub fn open(meta_dir: &Path, local_node: i32) -> Result<Self, CatalogError> {
-        std::fs::create_dir_all(meta_dir).map_err(|source| CatalogError::Io {
-            path: meta_dir.into(),
-            source,
-        })?;
-        let path = meta_dir.join(CATALOG_FILE);
-        let mut catalog = match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<Catalog>(&bytes).map_err(|e| CatalogError::Corrupt {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Catalog::default(),
-            Err(source) => return Err(CatalogError::Io { path, source }),
+    /// An empty catalog for node `local_node`, until the metadata log publishes one.
+    pub fn new(local_node: i32) -> Self {
+        let catalog = Catalog {
+            local_node,
+            ..Catalog::default()
         };
-        catalog.local_node = local_node;
-        if catalog.cluster_id.is_empty() {
-            catalog.cluster_id = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            current: ArcSwap::from_pointee(catalog),
+            version: AtomicU64::new(0),
         }
-        let next = catalog.producer_id_block_end.max(0);
-        let store = Self {
-            path,
-            current: ArcSwap::from_pointee({
-                catalog.reindex();
-                catalog
-            }),
-            write: Mutex::new(()),
-            next_producer_id: AtomicI64::new(next),
-        };
-        // Reserve the first block of producer ids before any is handed out.
-        store.update(|c| {
-            c.producer_id_block_end = next + PRODUCER_ID_BLOCK;
-            Ok::<(), CatalogError>(())
-        })??;
-        Ok(store)
     }
 
     /// A consistent snapshot; cheap and lock-free.
@@ -227,67 +196,19 @@ impl CatalogStore {
         self.current.load_full()
     }
 
-    /// Applies `change` to a copy of the catalog, persists it, then publishes it. If `change`
-    /// returns an error, nothing is written or published.
-    pub fn update<T, E>(
-        &self,
-        change: impl FnOnce(&mut Catalog) -> Result<T, E>,
-    ) -> Result<Result<T, E>, CatalogError> {
-        // A poisoned lock only means another writer panicked; the catalog it guards is the
-        // published snapshot, which is always whole, so carry on.
-        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = (*self.current.load_full()).clone();
-        let value = match change(&mut next) {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        self.persist(&next)?;
-        next.reindex();
-        self.current.store(Arc::new(next));
-        Ok(Ok(value))
+    /// Counts publishes: a shard compares it with the last one it applied.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
-    /// Publishes `catalog` as the new snapshot without writing the catalog file: in a cluster
-    /// the metadata log is what persists the catalog, and this only shows its latest applied
-    /// state to the shards. `local_node` stays this store's. The caller keeps the derived id
-    /// index current (`Catalog::apply` does; a catalog decoded from bytes needs `reindex`).
+    /// Publishes `catalog` as the new snapshot: the metadata log persists the catalog, and
+    /// this only shows its latest applied state to the shards. `local_node` stays this
+    /// store's. The caller keeps the derived id index current (`Catalog::apply` does; a
+    /// catalog decoded from bytes needs `reindex`).
     pub fn publish(&self, mut catalog: Catalog) {
-        // Taken so a publish never interleaves with a local `update`'s read-modify-write.
-        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
         catalog.local_node = self.current.load().local_node;
         self.current.store(Arc::new(catalog));
-    }
-
-    /// Hands out a producer id that was never handed out before, even across crashes: ids
-    /// come from a block whose end is persisted before any id in it is used.
-    pub fn allocate_producer_id(&self) -> Result<i64, CatalogError> {
-        loop {
-            let id = self.next_producer_id.fetch_add(1, Ordering::SeqCst);
-            if id < self.load().producer_id_block_end {
-                return Ok(id);
-            }
-            self.update(|c| {
-                if id >= c.producer_id_block_end {
-                    c.producer_id_block_end = id + PRODUCER_ID_BLOCK;
-                }
-                Ok::<(), CatalogError>(())
-            })??;
-            if id < self.load().producer_id_block_end {
-                return Ok(id);
-            }
-        }
-    }
-
-    fn persist(&self, catalog: &Catalog) -> Result<(), CatalogError> {
-        let io = |source| CatalogError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let bytes = serde_json::to_vec_pretty(catalog).map_err(|e| CatalogError::Corrupt {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })?;
-        write_atomically(&self.path, &bytes).map_err(io)
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -305,37 +226,4 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Topics and producer id blocks survive a reopen; ids never repeat across reopens.
-    #[test]
-    fn persists_and_never_reuses_producer_ids() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let first;
-        {
-            let s = CatalogStore::open(dir.path(), 0).expect("open");
-            s.update(|c| {
-                c.topics.insert(
-                    "t".into(),
-                    Arc::new(TopicMeta {
-                        name: "t".into(),
-                        id: 7,
-                        partitions: vec![PartitionMeta::single(0, 0)],
-                        configs: BTreeMap::new(),
-                    }),
-                );
-                Ok::<(), ()>(())
-            })
-            .expect("persist")
-            .expect("change");
-            first = s.allocate_producer_id().expect("id");
-        }
-        let s = CatalogStore::open(dir.path(), 0).expect("reopen");
-        assert!(s.load().topic("t").is_some());
-        assert!(s.allocate_producer_id().expect("id") > first);
-    }
 }

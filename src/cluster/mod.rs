@@ -10,5 +10,6 @@ pub mod controller;
 pub mod machine;
 pub mod machine_impl;
 pub mod placement;
+pub mod quorum;
 pub mod records;
 pub mod raft;

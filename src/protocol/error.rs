@@ -31,3 +31,9 @@ pub fn from_append(e: &AppendError) -> ErrorCode {
         AppendError::Storage(s) => from_storage(s),
     }
 }
+
+/// The error for a wire code carried inside Strata (controller answers); an unknown code
+/// becomes UNKNOWN_SERVER_ERROR.
+pub fn error_from_code(code: i16) -> ErrorCode {
+    ErrorCode::try_from_code(code).unwrap_or(ErrorCode::UnknownServerError)
+}

@@ -1,17 +1,18 @@
 //! Topic administration shared by several handlers (CreateTopics, Metadata's auto-creation,
-//! DeleteTopics, CreatePartitions, config changes): validate, record the change in the
-//! catalog, then have the owner shards open, drop or reconfigure their partitions.
+//! DeleteTopics, CreatePartitions, config changes): validate what the broker can, then ask the
+//! active controller, which records the change in the metadata log. Shards open, drop and
+//! reconfigure their replicas as they apply the new metadata (`shard::replica`).
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::cluster::catalog::{Catalog, PartitionMeta, TopicMeta};
-use crate::cluster::placement::place;
+use crate::cluster::catalog::TopicMeta;
+use crate::cluster::controller::{
+    ControllerRequest, ControllerResponse, CreatableTopic, Status,
+};
 use crate::config::{log_config_from, TOPIC_CONFIG_KEYS};
 use crate::limits::{TOPIC_NAME_LEN_MAX, TOPIC_PARTITIONS_MAX};
 use crate::protocol::error::ErrorCode;
-use crate::shard::mesh::call;
-use crate::shard::ops::{ShardOp, ShardReply};
 use crate::shard::ShardCtx;
 
 /// An admin failure: the Kafka error code and a message for the client.
@@ -79,7 +80,38 @@ pub fn validate_topic_configs(
         })
 }
 
-/// Creates a topic and opens its partitions on their shards.
+/// Sends `req` to the active controller, mapping transport failures to Kafka's codes.
+pub async fn controller(
+    ctx: &ShardCtx,
+    req: ControllerRequest,
+) -> Result<ControllerResponse, AdminError> {
+    ctx.shared.quorum.request(req).await.map_err(|e| {
+        AdminError::new(
+            ErrorCode::RequestTimedOut,
+            format!("the controller did not answer: {e}"),
+        )
+    })
+}
+
+fn status_to_result(status: Status) -> Result<(), AdminError> {
+    if status.is_ok() {
+        return Ok(());
+    }
+    Err(AdminError::new(
+        crate::protocol::error::error_from_code(status.error_code),
+        status.message.unwrap_or_default(),
+    ))
+}
+
+fn unexpected(other: ControllerResponse) -> AdminError {
+    AdminError::new(
+        ErrorCode::UnknownServerError,
+        format!("unexpected controller response {other:?}"),
+    )
+}
+
+/// Creates a topic through the controller. Its partitions are opened by the shards of the
+/// brokers holding replicas as they apply the new metadata.
 pub async fn create_topic(
     ctx: &Rc<ShardCtx>,
     name: &str,
@@ -89,37 +121,32 @@ pub async fn create_topic(
     validate_only: bool,
 ) -> Result<Arc<TopicMeta>, AdminError> {
     validate_topic_name(name)?;
-    let config = &ctx.shared.config;
-    let partitions = if partitions == -1 {
-        config.num_partitions
-    } else {
-        partitions
-    };
-    if !(1..=TOPIC_PARTITIONS_MAX).contains(&partitions) {
+    if partitions != -1 && !(1..=TOPIC_PARTITIONS_MAX).contains(&partitions) {
         return Err(AdminError::new(
             ErrorCode::InvalidPartitions,
             format!("number of partitions must be between 1 and {TOPIC_PARTITIONS_MAX}, got {partitions}"),
         ));
     }
-    let rf = if replication_factor == -1 {
-        config.default_replication_factor
-    } else {
-        replication_factor
-    };
-    if rf != 1 {
-        return Err(AdminError::new(
-            ErrorCode::InvalidReplicationFactor,
-            format!("replication factor {rf} is larger than the 1 available broker"),
-        ));
-    }
     validate_topic_configs(ctx, &configs)?;
+    let req = ControllerRequest::CreateTopics {
+        topics: vec![CreatableTopic {
+            name: name.to_string(),
+            num_partitions: partitions,
+            replication_factor,
+            assignments: None,
+            configs: configs.clone(),
+        }],
+        validate_only,
+    };
+    let result = match controller(ctx, req).await? {
+        ControllerResponse::CreateTopics { topics } => topics
+            .into_iter()
+            .next()
+            .ok_or_else(|| AdminError::new(ErrorCode::UnknownServerError, "empty answer"))?,
+        other => return Err(unexpected(other)),
+    };
+    status_to_result(result.status)?;
     if validate_only {
-        if ctx.shared.catalog.load().topic(name).is_some() {
-            return Err(AdminError::new(
-                ErrorCode::TopicAlreadyExists,
-                format!("topic `{name}` already exists"),
-            ));
-        }
         return Ok(Arc::new(TopicMeta {
             name: name.into(),
             id: 0,
@@ -127,89 +154,15 @@ pub async fn create_topic(
             configs,
         }));
     }
-    let nr_shards = ctx.shared.nr_shards;
-    let meta = ctx
-        .shared
-        .catalog
-        .update(|c: &mut Catalog| {
-            if c.topics.contains_key(name) {
-                return Err(AdminError::new(
-                    ErrorCode::TopicAlreadyExists,
-                    format!("topic `{name}` already exists"),
-                ));
-            }
-            let mut load = c.shard_load(nr_shards);
-            let shards = place(&mut load, partitions as usize);
-            let meta = Arc::new(TopicMeta {
-                name: name.to_string(),
-                id: uuid::Uuid::new_v4().as_u128(),
-                partitions: shards
-                    .into_iter()
-                    .map(|shard| PartitionMeta::single(c.local_node, shard))
-                    .collect(),
-                configs,
-            });
-            c.topics.insert(name.to_string(), meta.clone());
-            Ok(meta)
-        })
-        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
-    open_partitions(ctx, &meta, 0).await?;
-    Ok(meta)
-}
-
-/// Has each owner shard open the partitions of `meta` from index `from` on.
-async fn open_partitions(
-    ctx: &Rc<ShardCtx>,
-    meta: &TopicMeta,
-    from: usize,
-) -> Result<(), AdminError> {
-    let config = ctx.shared.topic_log_config(&meta.configs);
-    for_each_owner(ctx, meta, from, |partitions| ShardOp::OpenPartitions {
-        topic: meta.name.clone(),
-        partitions,
-        config: config.clone(),
+    ctx.shared.catalog.load().topic(name).cloned().ok_or_else(|| {
+        AdminError::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic `{name}` was deleted as it was created"),
+        )
     })
-    .await
 }
 
-/// Sends each shard that owns partitions of `meta` (from index `from` on) the op built
-/// from its partition list, and waits for every one to succeed.
-async fn for_each_owner(
-    ctx: &Rc<ShardCtx>,
-    meta: &TopicMeta,
-    from: usize,
-    make_op: impl Fn(Vec<i32>) -> ShardOp,
-) -> Result<(), AdminError> {
-    let local = ctx.shared.config.node_id;
-    for shard in 0..ctx.shared.nr_shards {
-        let partitions: Vec<i32> = meta
-            .partitions
-            .iter()
-            .enumerate()
-            .skip(from)
-            .filter(|(_, p)| p.shard_of(local) == Some(shard as u32))
-            .map(|(i, _)| i as i32)
-            .collect();
-        if partitions.is_empty() {
-            continue;
-        }
-        match call(ctx, shard, make_op(partitions)).await {
-            ShardReply::Done(Ok(())) => {}
-            ShardReply::Done(Err(e)) => {
-                return Err(AdminError::new(ErrorCode::KafkaStorageError, e))
-            }
-            _ => {
-                return Err(AdminError::new(
-                    ErrorCode::KafkaStorageError,
-                    format!("shard {shard} unavailable"),
-                ))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Deletes a topic: removes it from the catalog, then its partitions from disk.
+/// Deletes a topic through the controller; replicas are dropped as brokers apply it.
 pub async fn delete_topic(ctx: &Rc<ShardCtx>, name: &str) -> Result<Arc<TopicMeta>, AdminError> {
     // The coordinator's own log: deleting it would lose every committed offset.
     if name == crate::group::OFFSETS_TOPIC {
@@ -218,23 +171,23 @@ pub async fn delete_topic(ctx: &Rc<ShardCtx>, name: &str) -> Result<Arc<TopicMet
             format!("internal topic `{name}` cannot be deleted"),
         ));
     }
-    let meta = ctx
-        .shared
-        .catalog
-        .update(|c| {
-            c.topics.remove(name).ok_or_else(|| {
-                AdminError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic `{name}` does not exist"),
-                )
-            })
-        })
-        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
-    for_each_owner(ctx, &meta, 0, |partitions| ShardOp::DropPartitions {
-        topic: name.to_string(),
-        partitions,
-    })
-    .await?;
+    let meta = ctx.shared.catalog.load().topic(name).cloned().ok_or_else(|| {
+        AdminError::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic `{name}` does not exist"),
+        )
+    })?;
+    let req = ControllerRequest::DeleteTopics {
+        names: vec![name.to_string()],
+    };
+    match controller(ctx, req).await? {
+        ControllerResponse::DeleteTopics { topics } => {
+            for t in topics {
+                status_to_result(t.status)?;
+            }
+        }
+        other => return Err(unexpected(other)),
+    }
     Ok(meta)
 }
 
@@ -245,128 +198,49 @@ pub async fn add_partitions(
     count: i32,
     validate_only: bool,
 ) -> Result<(), AdminError> {
-    let current = ctx
-        .shared
-        .catalog
-        .load()
-        .topic(name)
-        .cloned()
-        .ok_or_else(|| {
-            AdminError::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic `{name}` does not exist"),
-            )
-        })?;
-    let have = current.partitions.len() as i32;
-    if count <= have {
-        return Err(AdminError::new(
-            ErrorCode::InvalidPartitions,
-            format!("topic `{name}` has {have} partitions; the new count {count} must be larger"),
-        ));
-    }
     if count > TOPIC_PARTITIONS_MAX {
         return Err(AdminError::new(
             ErrorCode::InvalidPartitions,
             format!("at most {TOPIC_PARTITIONS_MAX} partitions"),
         ));
     }
-    if validate_only {
-        return Ok(());
+    let req = ControllerRequest::CreatePartitions {
+        topic: name.to_string(),
+        count,
+        assignments: None,
+        validate_only,
+    };
+    match controller(ctx, req).await? {
+        ControllerResponse::CreatePartitions { status } => status_to_result(status),
+        other => Err(unexpected(other)),
     }
-    let nr_shards = ctx.shared.nr_shards;
-    let local = ctx.shared.config.node_id;
-    let meta = update_topic(
-        ctx,
-        name,
-        |t, load| {
-            let add = (count as usize).saturating_sub(t.partitions.len());
-            t.partitions.extend(
-                place(load, add)
-                    .into_iter()
-                    .map(|shard| PartitionMeta::single(local, shard)),
-            );
-        },
-        nr_shards,
-    )?;
-    open_partitions(ctx, &meta, have as usize).await
 }
 
-/// Applies `change` to a copy of topic `name` (with the shards' current partition counts
-/// for placement), records it in the catalog and returns the new version.
-fn update_topic(
-    ctx: &ShardCtx,
-    name: &str,
-    change: impl FnOnce(&mut TopicMeta, &mut [usize]),
-    nr_shards: usize,
-) -> Result<Arc<TopicMeta>, AdminError> {
-    ctx.shared
-        .catalog
-        .update(|c| {
-            let Some(t) = c.topics.get(name) else {
-                return Err(AdminError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic `{name}` does not exist"),
-                ));
-            };
-            let mut t = (**t).clone();
-            let mut load = c.shard_load(nr_shards);
-            change(&mut t, &mut load);
-            let t = Arc::new(t);
-            c.topics.insert(name.to_string(), t.clone());
-            Ok(t)
-        })
-        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?
-}
-
-/// Replaces a topic's config overrides and pushes the new log config to its partitions.
+/// Replaces a topic's config overrides; partitions pick them up as brokers apply it.
 pub async fn set_topic_configs(
     ctx: &Rc<ShardCtx>,
     name: &str,
     configs: BTreeMap<String, String>,
 ) -> Result<(), AdminError> {
     validate_topic_configs(ctx, &configs)?;
-    let meta = update_topic(ctx, name, |t, _| t.configs = configs, ctx.shared.nr_shards)?;
-    let config = ctx.shared.topic_log_config(&meta.configs);
-    for shard in 0..ctx.shared.nr_shards {
-        call(
-            ctx,
-            shard,
-            ShardOp::SetConfig {
-                topic: name.to_string(),
-                config: config.clone(),
-            },
-        )
-        .await;
+    let req = ControllerRequest::AlterTopicConfigs {
+        topic: name.to_string(),
+        configs,
+    };
+    match controller(ctx, req).await? {
+        ControllerResponse::AlterTopicConfigs { status } => status_to_result(status),
+        other => Err(unexpected(other)),
     }
-    Ok(())
 }
 
-/// Replaces the broker's dynamic topic defaults and reconfigures every partition.
+/// Replaces the broker's dynamic topic defaults (cluster-wide, as Kafka's default resource).
 pub async fn set_broker_configs(
     ctx: &Rc<ShardCtx>,
     settings: BTreeMap<String, String>,
 ) -> Result<(), AdminError> {
-    ctx.shared
-        .catalog
-        .update(|c| {
-            c.broker_configs = settings;
-            Ok::<(), AdminError>(())
-        })
-        .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
-    let catalog = ctx.shared.catalog.load();
-    for meta in catalog.topics.values() {
-        let config = ctx.shared.topic_log_config(&meta.configs);
-        for shard in 0..ctx.shared.nr_shards {
-            call(
-                ctx,
-                shard,
-                ShardOp::SetConfig {
-                    topic: meta.name.clone(),
-                    config: config.clone(),
-                },
-            )
-            .await;
-        }
+    let req = ControllerRequest::AlterBrokerConfigs { configs: settings };
+    match controller(ctx, req).await? {
+        ControllerResponse::AlterBrokerConfigs { status } => status_to_result(status),
+        other => Err(unexpected(other)),
     }
-    Ok(())
 }

@@ -27,7 +27,10 @@ use crate::storage::{LogConfig, Partition};
 pub struct Shared {
     pub config: Config,
     pub nr_shards: usize,
-    pub catalog: CatalogStore,
+    /// The latest metadata image, published by the metadata log's thread.
+    pub catalog: Arc<CatalogStore>,
+    /// The way to the active controller (and this node's registration).
+    pub quorum: Arc<crate::cluster::quorum::Quorum>,
 }
 
 impl Shared {

@@ -23,7 +23,7 @@ pub fn handle(
     }
     // As Kafka does for non-transactional producers, every call gets a fresh id (epoch 0),
     // including the epoch-bump retry of KIP-360.
-    match ctx.shared.catalog.allocate_producer_id() {
+    match ctx.shared.quorum.allocate_producer_id().await {
         Ok(id) => InitProducerIdResponse::default()
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(0),
