@@ -16,6 +16,11 @@
 //!
 //! Only durable data counts: the shard reports the leader's own LEO with `handle_local_leo`
 //! after the append is durable, and followers only fetch from their durable end.
+//!
+//! The proposal in flight lives only in memory. A broker that restarts must therefore not
+//! lead from the metadata it had before the crash: it catches up with the controller first
+//! (as KRaft brokers replay the metadata log), whose leader epoch has moved on by then. The
+//! simulation found the interleaving where skipping that step loses a committed record.
 use super::{LeaderCommand, ReplicaError};
 
 /// What the leader knows about one follower (Kafka's `ReplicaState`).

@@ -177,6 +177,8 @@ struct Node {
     role: Role,
     seen_leader_epoch: i32,
     seen_partition_epoch: i32,
+    /// False from a restart until the broker has caught up with the controller's metadata.
+    caught_up: bool,
     alter: Option<AlterInFlight>,
 }
 
@@ -206,6 +208,8 @@ struct Sim {
     hw_by_epoch: HashMap<(i32, i32), i64>,
     elections: u64,
     truncations: u64,
+    /// `STRATA_SIM_TRACE=1` prints every protocol event of the run (use with one seed).
+    trace: bool,
 }
 
 impl Sim {
@@ -226,6 +230,7 @@ impl Sim {
                 role: Role::Idle,
                 seen_leader_epoch: -1,
                 seen_partition_epoch: -1,
+                caught_up: true,
                 alter: None,
             })
             .collect();
@@ -255,6 +260,7 @@ impl Sim {
             hw_by_epoch: HashMap::new(),
             elections: 0,
             truncations: 0,
+            trace: std::env::var_os("STRATA_SIM_TRACE").is_some(),
         };
         sim.broadcast_metadata();
         sim
@@ -262,6 +268,12 @@ impl Sim {
 
     fn fail(&self, what: String) -> ! {
         panic!("seed {}: t={}ms: {what}", self.seed, self.now_ms)
+    }
+
+    fn trace(&self, event: impl FnOnce() -> String) {
+        if self.trace {
+            eprintln!("t={} {}", self.now_ms, event());
+        }
     }
 
     fn node(&mut self, id: i32) -> &mut Node {
@@ -344,18 +356,26 @@ impl Sim {
             let id = i as i32;
             if self.nodes[i].up && self.rng.permille(8) {
                 self.nodes[i].up = false;
+                self.trace(|| format!("crash {id}"));
             } else if !self.nodes[i].up && self.rng.permille(40) {
+                self.trace(|| format!("restart {id}"));
                 self.restart(id);
             }
             if !self.nodes[i].isolated && self.rng.permille(6) {
                 self.nodes[i].isolated = true;
+                self.trace(|| format!("isolate {id}"));
             } else if self.nodes[i].isolated && self.rng.permille(50) {
                 self.nodes[i].isolated = false;
+                self.trace(|| format!("heal {id}"));
             }
         }
     }
 
-    /// A restarted broker keeps its durable log, epoch cache and HW, and waits for metadata.
+    /// A restarted broker keeps its durable log, epoch cache and HW, and takes no role until
+    /// it has caught up with the controller's metadata, as a KRaft broker replays the
+    /// metadata log before it acts. Resuming leadership from the metadata it had before the
+    /// crash would be unsafe: the AlterIsr it had in flight died with the process, so its
+    /// ISR could miss a follower the controller had already added.
     fn restart(&mut self, id: i32) {
         let node = self.node(id);
         node.up = true;
@@ -363,6 +383,7 @@ impl Sim {
         node.seen_leader_epoch = -1;
         node.seen_partition_epoch = -1;
         node.alter = None;
+        node.caught_up = false;
     }
 
     fn controller_step(&mut self) {
@@ -393,6 +414,7 @@ impl Sim {
                 self.meta.leader_epoch += 1;
                 self.meta.partition_epoch += 1;
                 self.elections += 1;
+                self.trace(|| format!("controller elects {:?}", self.meta));
                 self.broadcast_metadata();
             }
         }
@@ -491,6 +513,7 @@ impl Sim {
             AlterAnswer::Accepted
         };
         let meta = self.meta.clone();
+        self.trace(|| format!("controller alter #{id} from {from}: {answer:?} -> {meta:?}"));
         self.alter_answers
             .insert((from, id), (answer, meta.clone()));
         self.send(CONTROLLER, from, Payload::AlterAnswer { id, answer, meta });
@@ -501,7 +524,12 @@ impl Sim {
 
     fn node_receive(&mut self, to: i32, from: i32, payload: Payload) {
         match payload {
-            Payload::Metadata(meta) => self.apply_metadata(to, meta),
+            // Until it has caught up, a restarted broker ignores pushed metadata: it may be
+            // older than what the broker knew before the crash.
+            Payload::Metadata(meta) if self.nodes[to as usize].caught_up => {
+                self.apply_metadata(to, meta)
+            }
+            Payload::Metadata(_) => {}
             Payload::AlterAnswer { id, answer, meta } => {
                 let node = self.node(to);
                 if node.alter.as_ref().map(|a| a.id) != Some(id) {
@@ -561,6 +589,7 @@ impl Sim {
                 if !self.is_follower_of(to, from, epoch) {
                     return;
                 }
+                self.trace(|| format!("node {to} fetched {offset}+{} hw {hw}", records.len()));
                 let node = self.node(to);
                 let Role::Follower { state, .. } = &mut node.role else {
                     return;
@@ -602,6 +631,7 @@ impl Sim {
                 end,
             } => {
                 if self.is_follower_of(to, from, epoch) {
+                    self.trace(|| format!("node {to} epoch {requested} ends at {found}/{end}"));
                     let node = self.node(to);
                     let leo = node.leo();
                     if let Role::Follower { state, .. } = &mut node.role {
@@ -708,6 +738,16 @@ impl Sim {
     }
 
     fn apply_metadata(&mut self, id: i32, meta: Meta) {
+        self.trace(|| {
+            let n = &self.nodes[id as usize];
+            format!(
+                "node {id} (seen {}/{}, leo {}, hw {}) gets {meta:?}",
+                n.seen_leader_epoch,
+                n.seen_partition_epoch,
+                n.leo(),
+                n.hw
+            )
+        });
         let now = self.now_ms;
         let replicas = self.replicas.clone();
         let node = self.node(id);
@@ -758,6 +798,7 @@ impl Sim {
 
     fn leader_commands(&mut self, id: i32, commands: Vec<LeaderCommand>) {
         for command in commands {
+            self.trace(|| format!("leader {id}: {command:?}"));
             match command {
                 LeaderCommand::AdvanceHw(hw) => {
                     let node = &mut self.nodes[id as usize];
@@ -820,6 +861,7 @@ impl Sim {
     fn follower_commands(&mut self, id: i32, commands: Vec<FollowerCommand>) {
         let now = self.now_ms;
         for command in commands {
+            self.trace(|| format!("follower {id}: {command:?}"));
             let node = &mut self.nodes[id as usize];
             let Role::Follower { state, sent_ms } = &mut node.role else {
                 return;
@@ -871,6 +913,11 @@ impl Sim {
             let id = i as i32;
             if !self.nodes[i].up {
                 continue;
+            }
+            if !self.nodes[i].caught_up && self.reachable(id) {
+                self.nodes[i].caught_up = true;
+                let meta = self.meta.clone();
+                self.apply_metadata(id, meta);
             }
             let node = &mut self.nodes[i];
             match &mut node.role {
@@ -998,11 +1045,16 @@ impl Sim {
     }
 }
 
+/// `STRATA_SIM_SEED=N` replays one seed; `STRATA_SIM_SEEDS=N` runs seeds 0..N (a soak).
 fn seeds() -> Vec<u64> {
-    match std::env::var("STRATA_SIM_SEED") {
-        Ok(s) => vec![s.trim().parse().expect("STRATA_SIM_SEED is a u64")],
-        Err(_) => (0..SEEDS).collect(),
+    if let Ok(s) = std::env::var("STRATA_SIM_SEED") {
+        return vec![s.trim().parse().expect("STRATA_SIM_SEED is a u64")];
     }
+    let count = std::env::var("STRATA_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(SEEDS);
+    (0..count).collect()
 }
 
 /// Many seeded runs of crashes, partitions, drops, delays and duplicates keep every
