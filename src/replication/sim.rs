@@ -194,6 +194,8 @@ struct Sim {
     now_ms: u64,
     faults: bool,
     min_isr: usize,
+    /// Per-seed multiplier (1..=3) of crash, partition and drop rates: calm runs and storms.
+    intensity: u64,
     replicas: Vec<i32>,
     nodes: Vec<Node>,
     meta: Meta,
@@ -217,6 +219,7 @@ impl Sim {
         let mut rng = Rng(seed);
         let n: i32 = if rng.permille(300) { 5 } else { 3 };
         let min_isr = if n == 5 { 3 } else { 2 };
+        let intensity = 1 + rng.below(3);
         let replicas: Vec<i32> = (0..n).collect();
         let nodes = replicas
             .iter()
@@ -246,6 +249,7 @@ impl Sim {
             now_ms: 0,
             faults: true,
             min_isr,
+            intensity,
             replicas,
             nodes,
             meta,
@@ -292,7 +296,7 @@ impl Sim {
             return;
         }
         let lossy = self.faults && !payload.reliable();
-        if lossy && self.rng.permille(50) {
+        if lossy && self.rng.permille(25 * self.intensity) {
             return;
         }
         let copies = if lossy && self.rng.permille(30) { 2 } else { 1 };
@@ -354,14 +358,14 @@ impl Sim {
         let n = self.nodes.len();
         for i in 0..n {
             let id = i as i32;
-            if self.nodes[i].up && self.rng.permille(8) {
+            if self.nodes[i].up && self.rng.permille(4 * self.intensity) {
                 self.nodes[i].up = false;
                 self.trace(|| format!("crash {id}"));
             } else if !self.nodes[i].up && self.rng.permille(40) {
                 self.trace(|| format!("restart {id}"));
                 self.restart(id);
             }
-            if !self.nodes[i].isolated && self.rng.permille(6) {
+            if !self.nodes[i].isolated && self.rng.permille(3 * self.intensity) {
                 self.nodes[i].isolated = true;
                 self.trace(|| format!("isolate {id}"));
             } else if self.nodes[i].isolated && self.rng.permille(50) {
