@@ -338,6 +338,36 @@ mod tests {
         assert_eq!(f.hw(), 3);
     }
 
+    /// Answers that name no common epoch: an UNDEFINED leader answer keeps only what is
+    /// known committed (the local HW); a follower tracking no epochs trusts the leader's end.
+    #[test]
+    fn undefined_epochs() {
+        let local = cache(&[(2, 0)]);
+        let (mut f, _) = FollowerState::new(1, 3, 10, 4, Some(2));
+        let cmds = f.handle_epoch_end(2, UNDEFINED_EPOCH, UNDEFINED_OFFSET, 10, &local);
+        assert_eq!(
+            cmds,
+            vec![
+                FollowerCommand::Truncate { to: 4 },
+                FollowerCommand::Fetch { offset: 4 }
+            ]
+        );
+        let (mut f, _) = FollowerState::new(1, 3, 10, 4, Some(2));
+        let cmds = f.handle_epoch_end(2, 2, 7, 10, &EpochCache::default());
+        assert_eq!(
+            cmds,
+            vec![
+                FollowerCommand::Truncate { to: 7 },
+                FollowerCommand::Fetch { offset: 7 }
+            ]
+        );
+        // A leader whose epoch lags ours is retried, not obeyed.
+        assert_eq!(
+            f.handle_fetch_error(7, ReplicaError::UnknownLeaderEpoch),
+            vec![FollowerCommand::Fetch { offset: 7 }]
+        );
+    }
+
     /// Fetch responses move the HW to min(leader HW, local LEO); stale ones are ignored, and
     /// fencing stops the follower.
     #[test]

@@ -16,6 +16,11 @@
 //!
 //! Only durable data counts: the shard reports the leader's own LEO with `handle_local_leo`
 //! after the append is durable, and followers only fetch from their durable end.
+//!
+//! The proposal in flight lives only in memory. A broker that restarts must therefore not
+//! lead from the metadata it had before the crash: it catches up with the controller first
+//! (as KRaft brokers replay the metadata log), whose leader epoch has moved on by then. The
+//! simulation found the interleaving where skipping that step loses a committed record.
 use super::{LeaderCommand, ReplicaError};
 
 /// What the leader knows about one follower (Kafka's `ReplicaState`).
@@ -438,6 +443,54 @@ mod tests {
         let mut l = LeaderState::new(1, 5, 7, vec![1, 2, 3], vec![1, 2], 10, 6, 10, 0, 100);
         assert_eq!(l.handle_follower_fetch(3, 8, 5, 1).expect("fetch"), vec![]);
         assert!(!l.alter_pending());
+    }
+
+    /// Kafka's caught-up rule, as a table: a fetch reaching the leader's LEO now counts as
+    /// caught up now; one reaching the LEO the leader had at the previous fetch counts as
+    /// caught up at that previous fetch's time; otherwise nothing changes.
+    #[test]
+    fn caught_up_time_follows_previous_fetch() {
+        // (leader LEO, fetch offset, fetch time, expected last_caught_up_ms after)
+        let table = [
+            (10, 10, 50, 50),  // at the leader's end: caught up now
+            (20, 12, 80, 50),  // reached LEO 10 of the previous fetch: caught up at 50
+            (30, 15, 120, 50), // short of LEO 20 of the previous fetch: unchanged
+            (30, 30, 130, 130),
+        ];
+        let mut l = leader(vec![1, 2, 3]);
+        for (leo, offset, t, expected) in table {
+            l.handle_local_leo(leo, t);
+            l.handle_follower_fetch(2, offset, 5, t).expect("fetch");
+            let f = l
+                .followers
+                .iter()
+                .find(|f| f.replica == 2)
+                .expect("follower");
+            assert_eq!(f.last_caught_up_ms, expected, "fetch {offset} at {t}");
+        }
+    }
+
+    /// A refused AlterPartition returns to the committed ISR and is proposed again on the
+    /// next fetch; a stale metadata image is ignored and a repeat keeps the proposal.
+    #[test]
+    fn alter_failed_and_stale_images() {
+        let mut l = leader(vec![1, 2]);
+        let propose = l.handle_follower_fetch(3, 10, 5, 1).expect("fetch");
+        assert_eq!(propose.len(), 1);
+        assert!(l.alter_pending());
+        assert_eq!(l.handle_isr_committed(vec![1, 2], 7), vec![]);
+        assert!(
+            l.alter_pending(),
+            "a repeat of the committed image keeps the proposal"
+        );
+        assert_eq!(l.handle_isr_committed(vec![1], 6), vec![]);
+        assert_eq!(l.isr(), &[1, 2], "an older partition epoch is ignored");
+        l.handle_alter_failed();
+        assert!(!l.alter_pending());
+        assert_eq!(
+            l.handle_follower_fetch(3, 10, 5, 2).expect("fetch"),
+            propose
+        );
     }
 
     /// Fetches from strangers, older or newer epochs, or past the log end are refused.

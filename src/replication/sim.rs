@@ -177,6 +177,8 @@ struct Node {
     role: Role,
     seen_leader_epoch: i32,
     seen_partition_epoch: i32,
+    /// False from a restart until the broker has caught up with the controller's metadata.
+    caught_up: bool,
     alter: Option<AlterInFlight>,
 }
 
@@ -192,6 +194,8 @@ struct Sim {
     now_ms: u64,
     faults: bool,
     min_isr: usize,
+    /// Per-seed multiplier (1..=3) of crash, partition and drop rates: calm runs and storms.
+    intensity: u64,
     replicas: Vec<i32>,
     nodes: Vec<Node>,
     meta: Meta,
@@ -206,6 +210,8 @@ struct Sim {
     hw_by_epoch: HashMap<(i32, i32), i64>,
     elections: u64,
     truncations: u64,
+    /// `STRATA_SIM_TRACE=1` prints every protocol event of the run (use with one seed).
+    trace: bool,
 }
 
 impl Sim {
@@ -213,6 +219,7 @@ impl Sim {
         let mut rng = Rng(seed);
         let n: i32 = if rng.permille(300) { 5 } else { 3 };
         let min_isr = if n == 5 { 3 } else { 2 };
+        let intensity = 1 + rng.below(3);
         let replicas: Vec<i32> = (0..n).collect();
         let nodes = replicas
             .iter()
@@ -226,6 +233,7 @@ impl Sim {
                 role: Role::Idle,
                 seen_leader_epoch: -1,
                 seen_partition_epoch: -1,
+                caught_up: true,
                 alter: None,
             })
             .collect();
@@ -241,6 +249,7 @@ impl Sim {
             now_ms: 0,
             faults: true,
             min_isr,
+            intensity,
             replicas,
             nodes,
             meta,
@@ -255,6 +264,7 @@ impl Sim {
             hw_by_epoch: HashMap::new(),
             elections: 0,
             truncations: 0,
+            trace: std::env::var_os("STRATA_SIM_TRACE").is_some(),
         };
         sim.broadcast_metadata();
         sim
@@ -262,6 +272,12 @@ impl Sim {
 
     fn fail(&self, what: String) -> ! {
         panic!("seed {}: t={}ms: {what}", self.seed, self.now_ms)
+    }
+
+    fn trace(&self, event: impl FnOnce() -> String) {
+        if self.trace {
+            eprintln!("t={} {}", self.now_ms, event());
+        }
     }
 
     fn node(&mut self, id: i32) -> &mut Node {
@@ -280,7 +296,7 @@ impl Sim {
             return;
         }
         let lossy = self.faults && !payload.reliable();
-        if lossy && self.rng.permille(50) {
+        if lossy && self.rng.permille(25 * self.intensity) {
             return;
         }
         let copies = if lossy && self.rng.permille(30) { 2 } else { 1 };
@@ -342,20 +358,28 @@ impl Sim {
         let n = self.nodes.len();
         for i in 0..n {
             let id = i as i32;
-            if self.nodes[i].up && self.rng.permille(8) {
+            if self.nodes[i].up && self.rng.permille(4 * self.intensity) {
                 self.nodes[i].up = false;
+                self.trace(|| format!("crash {id}"));
             } else if !self.nodes[i].up && self.rng.permille(40) {
+                self.trace(|| format!("restart {id}"));
                 self.restart(id);
             }
-            if !self.nodes[i].isolated && self.rng.permille(6) {
+            if !self.nodes[i].isolated && self.rng.permille(3 * self.intensity) {
                 self.nodes[i].isolated = true;
+                self.trace(|| format!("isolate {id}"));
             } else if self.nodes[i].isolated && self.rng.permille(50) {
                 self.nodes[i].isolated = false;
+                self.trace(|| format!("heal {id}"));
             }
         }
     }
 
-    /// A restarted broker keeps its durable log, epoch cache and HW, and waits for metadata.
+    /// A restarted broker keeps its durable log, epoch cache and HW, and takes no role until
+    /// it has caught up with the controller's metadata, as a KRaft broker replays the
+    /// metadata log before it acts. Resuming leadership from the metadata it had before the
+    /// crash would be unsafe: the AlterIsr it had in flight died with the process, so its
+    /// ISR could miss a follower the controller had already added.
     fn restart(&mut self, id: i32) {
         let node = self.node(id);
         node.up = true;
@@ -363,6 +387,7 @@ impl Sim {
         node.seen_leader_epoch = -1;
         node.seen_partition_epoch = -1;
         node.alter = None;
+        node.caught_up = false;
     }
 
     fn controller_step(&mut self) {
@@ -393,6 +418,7 @@ impl Sim {
                 self.meta.leader_epoch += 1;
                 self.meta.partition_epoch += 1;
                 self.elections += 1;
+                self.trace(|| format!("controller elects {:?}", self.meta));
                 self.broadcast_metadata();
             }
         }
@@ -491,6 +517,7 @@ impl Sim {
             AlterAnswer::Accepted
         };
         let meta = self.meta.clone();
+        self.trace(|| format!("controller alter #{id} from {from}: {answer:?} -> {meta:?}"));
         self.alter_answers
             .insert((from, id), (answer, meta.clone()));
         self.send(CONTROLLER, from, Payload::AlterAnswer { id, answer, meta });
@@ -501,7 +528,12 @@ impl Sim {
 
     fn node_receive(&mut self, to: i32, from: i32, payload: Payload) {
         match payload {
-            Payload::Metadata(meta) => self.apply_metadata(to, meta),
+            // Until it has caught up, a restarted broker ignores pushed metadata: it may be
+            // older than what the broker knew before the crash.
+            Payload::Metadata(meta) if self.nodes[to as usize].caught_up => {
+                self.apply_metadata(to, meta)
+            }
+            Payload::Metadata(_) => {}
             Payload::AlterAnswer { id, answer, meta } => {
                 let node = self.node(to);
                 if node.alter.as_ref().map(|a| a.id) != Some(id) {
@@ -561,6 +593,7 @@ impl Sim {
                 if !self.is_follower_of(to, from, epoch) {
                     return;
                 }
+                self.trace(|| format!("node {to} fetched {offset}+{} hw {hw}", records.len()));
                 let node = self.node(to);
                 let Role::Follower { state, .. } = &mut node.role else {
                     return;
@@ -602,6 +635,7 @@ impl Sim {
                 end,
             } => {
                 if self.is_follower_of(to, from, epoch) {
+                    self.trace(|| format!("node {to} epoch {requested} ends at {found}/{end}"));
                     let node = self.node(to);
                     let leo = node.leo();
                     if let Role::Follower { state, .. } = &mut node.role {
@@ -708,6 +742,16 @@ impl Sim {
     }
 
     fn apply_metadata(&mut self, id: i32, meta: Meta) {
+        self.trace(|| {
+            let n = &self.nodes[id as usize];
+            format!(
+                "node {id} (seen {}/{}, leo {}, hw {}) gets {meta:?}",
+                n.seen_leader_epoch,
+                n.seen_partition_epoch,
+                n.leo(),
+                n.hw
+            )
+        });
         let now = self.now_ms;
         let replicas = self.replicas.clone();
         let node = self.node(id);
@@ -758,6 +802,7 @@ impl Sim {
 
     fn leader_commands(&mut self, id: i32, commands: Vec<LeaderCommand>) {
         for command in commands {
+            self.trace(|| format!("leader {id}: {command:?}"));
             match command {
                 LeaderCommand::AdvanceHw(hw) => {
                     let node = &mut self.nodes[id as usize];
@@ -820,6 +865,7 @@ impl Sim {
     fn follower_commands(&mut self, id: i32, commands: Vec<FollowerCommand>) {
         let now = self.now_ms;
         for command in commands {
+            self.trace(|| format!("follower {id}: {command:?}"));
             let node = &mut self.nodes[id as usize];
             let Role::Follower { state, sent_ms } = &mut node.role else {
                 return;
@@ -871,6 +917,11 @@ impl Sim {
             let id = i as i32;
             if !self.nodes[i].up {
                 continue;
+            }
+            if !self.nodes[i].caught_up && self.reachable(id) {
+                self.nodes[i].caught_up = true;
+                let meta = self.meta.clone();
+                self.apply_metadata(id, meta);
             }
             let node = &mut self.nodes[i];
             match &mut node.role {
@@ -998,11 +1049,16 @@ impl Sim {
     }
 }
 
+/// `STRATA_SIM_SEED=N` replays one seed; `STRATA_SIM_SEEDS=N` runs seeds 0..N (a soak).
 fn seeds() -> Vec<u64> {
-    match std::env::var("STRATA_SIM_SEED") {
-        Ok(s) => vec![s.trim().parse().expect("STRATA_SIM_SEED is a u64")],
-        Err(_) => (0..SEEDS).collect(),
+    if let Ok(s) = std::env::var("STRATA_SIM_SEED") {
+        return vec![s.trim().parse().expect("STRATA_SIM_SEED is a u64")];
     }
+    let count = std::env::var("STRATA_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(SEEDS);
+    (0..count).collect()
 }
 
 /// Many seeded runs of crashes, partitions, drops, delays and duplicates keep every
