@@ -17,13 +17,21 @@
 //! retention), `segment.rs` (one segment + direct-I/O batch reads), `index.rs` /
 //! `time_index.rs` (sparse indexes), `recovery.rs` (open, scan, truncate, rebuild),
 //! `producer_state.rs` (idempotence rules, sans-IO), `retention.rs` (which segments go,
-//! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv), `file_io.rs` (the
+//! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv; the HW checkpoint
+//! and the full-truncation intent), `epoch_checkpoint.rs` (`leader-epoch-checkpoint`,
+//! Kafka's text format), `file_io.rs` (the
 //! fault-injectable direct-I/O trait), `notify.rs` (waiter wake-ups), `config.rs`.
 //!
+//! Replication support (`partition.rs`): leader epochs stamped into batches and kept in a
+//! persisted leader-epoch cache (`epoch_checkpoint.rs`), follower appends that keep the
+//! leader's offsets and epochs, crash-safe truncation, and a high watermark that the
+//! replication layer may drive (`HwMode::Replicated`) with a lazily persisted checkpoint.
+//!
 //! Not handled yet: transactions (no LSO / aborted-transaction index; control batches are
-//! stored but bypass sequence checks), compaction, leader epochs other than 0.
+//! stored but bypass sequence checks), compaction.
 
 mod config;
+mod epoch_checkpoint;
 mod file_io;
 mod index;
 mod notify;
@@ -41,9 +49,10 @@ mod tests;
 
 use std::path::PathBuf;
 
+pub use crate::replication::epoch_cache::{EpochCache, EpochEntry};
 pub use config::{FlushPolicy, LogConfig, TimestampType};
 pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
-pub use partition::{AppendOutcome, Partition, ReadOutcome};
+pub use partition::{AppendOutcome, HwMode, Partition, ReadOutcome, ReplicaAppendOutcome};
 
 use crate::protocol::record_batch::BatchError;
 
@@ -67,6 +76,8 @@ pub const PRODUCER_BATCHES_RETAINED: usize = 5;
 /// After this many new bytes in the active segment (and an fsync), its indexes and a
 /// producer snapshot are persisted, so crash recovery scans at most about this much.
 pub const ACTIVE_CHECKPOINT_BYTES: u64 = 16 << 20;
+/// The high-watermark checkpoint is rewritten at most this often (and on close/truncate).
+pub const HW_CHECKPOINT_INTERVAL_MS: u64 = 5_000;
 /// A small state file larger than this is treated as corrupt rather than read into memory.
 pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
 
@@ -94,6 +105,10 @@ pub enum Error {
     },
     #[error("partition is closed")]
     Closed,
+    /// A truncation is running; appends are refused until it ends (a truncating replica is
+    /// a follower, so producers are told to look for the leader).
+    #[error("partition is being truncated")]
+    Truncating,
     #[error("invalid log config: {0}")]
     InvalidConfig(String),
 }
@@ -154,10 +169,37 @@ impl Error {
     /// The Kafka error code a response should carry for this failure.
     pub fn kafka_error_code(&self) -> i16 {
         match self {
-            Error::OffsetOutOfRange { .. } => 1, // OFFSET_OUT_OF_RANGE
-            Error::Closed => 6,                  // NOT_LEADER_OR_FOLLOWER: client refreshes
-            Error::InvalidConfig(_) => 40,       // INVALID_CONFIG
+            Error::OffsetOutOfRange { .. } => 1,    // OFFSET_OUT_OF_RANGE
+            Error::Closed | Error::Truncating => 6, // NOT_LEADER_OR_FOLLOWER: client refreshes
+            Error::InvalidConfig(_) => 40,          // INVALID_CONFIG
             Error::Io { .. } | Error::Corruption { .. } => 56, // KAFKA_STORAGE_ERROR
+        }
+    }
+}
+
+/// Why a follower append (`Partition::append_replica`) was refused. Nothing was appended.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ReplicaAppendError {
+    /// The batches do not continue the log: the first must start at the log end and each
+    /// next one right after the previous.
+    #[error("offset mismatch: expected base offset {expected}, got {got}")]
+    OffsetMismatch { expected: i64, got: i64 },
+    #[error("corrupt batch: {0}")]
+    CorruptMessage(BatchError),
+    #[error("{staged_bytes} bytes staged, more than {max}: the disk is behind")]
+    Backpressure { staged_bytes: usize, max: usize },
+    #[error(transparent)]
+    Storage(#[from] Error),
+}
+
+impl ReplicaAppendError {
+    /// The Kafka error code a replica fetcher would log or act on for this rejection.
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            ReplicaAppendError::OffsetMismatch { .. } => 1, // OFFSET_OUT_OF_RANGE
+            ReplicaAppendError::CorruptMessage(_) => 2,     // CORRUPT_MESSAGE
+            ReplicaAppendError::Backpressure { .. } => 7,   // REQUEST_TIMED_OUT
+            ReplicaAppendError::Storage(e) => e.kafka_error_code(),
         }
     }
 }

@@ -11,7 +11,8 @@
 //! Invariants:
 //! - no `RefCell` borrow is held across an `.await`: every await works on values copied out
 //!   of `Inner` by a short synchronous block;
-//! - `log_start <= high_watermark <= next_offset`, and the high watermark never decreases;
+//! - `log_start <= high_watermark <= next_offset`, and the high watermark never decreases
+//!   except when a truncation cuts the log below it;
 //! - a segment's file exists only once every earlier segment is complete (durable, truncated,
 //!   indexed), so recovery may trust every segment but the last;
 //! - segment data is fsynced before its index files and the producer snapshot covering it;
@@ -20,34 +21,48 @@
 //!
 //! Faults survived: crash at any point (recovery), failed I/O (sticky error to every waiter),
 //! a slow disk (appends refused past `STAGING_BYTES_MAX` instead of unbounded memory).
+//!
+//! Replication: the leader stamps its epoch into every batch it appends and records the
+//! first offset of each epoch in the leader-epoch cache (persisted by the flusher right after
+//! the fsync that made the data durable, before any index or producer checkpoint, so data a
+//! checkpoint covers always has its epochs in `leader-epoch-checkpoint`). A follower appends
+//! the leader's batches unchanged (`append_replica`). `truncate_to` cuts the log crash-safely:
+//! with the flusher drained and paused, the cut segment's index files go, the segment is cut
+//! and fsynced (from then on recovery itself sees the cut segment end early and deletes every
+//! later one), later segments go, then producer, epoch and HW state are rewritten and the
+//! in-memory log is rebuilt by the same recovery code a restart runs. The high watermark is
+//! either kept by durability (`HwMode::Local`, single node) or driven by the replication
+//! layer (`HwMode::Replicated`), and then persisted lazily to `hw-checkpoint`.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::epoch_checkpoint;
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
 use super::producer_state::{BatchIdentity, ProducerStateTable, SequenceError, Verdict};
 use super::recovery::{
-    load_index, rebuild_closed_indexes, recover, remove_segment_files, write_indexes,
-    write_producer_snapshot,
+    finish_truncate_fully, load_index, rebuild_closed_indexes, recover, remove_segment_files,
+    scan_epochs, scan_valid, write_indexes, write_producer_snapshot, Recovered,
 };
 use super::retention::{segments_to_delete, SegmentSummary};
-use super::segment::{preallocation_target, read_batches, Segment};
-use super::state_file;
+use super::segment::{preallocation_target, read_batches, segment_path, Segment};
+use super::state_file::{self, remove_if_exists};
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
-    AppendError, Error, FlushPolicy, LogConfig, TimestampType, ACTIVE_CHECKPOINT_BYTES,
-    NEVER_POLICY_WRITE_INTERVAL_MS, READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX,
-    STAGING_WRITE_THRESHOLD_BYTES,
+    AppendError, Error, FlushPolicy, LogConfig, ReplicaAppendError, TimestampType,
+    ACTIVE_CHECKPOINT_BYTES, HW_CHECKPOINT_INTERVAL_MS, NEVER_POLICY_WRITE_INTERVAL_MS,
+    READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
 };
 use crate::protocol::record_batch::{
-    patch_base_offset, patch_leader_epoch, patch_log_append_time, BatchError, BatchHeader,
+    patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError, BatchHeader,
 };
+use crate::replication::epoch_cache::EpochCache;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendOutcome {
@@ -58,6 +73,28 @@ pub struct AppendOutcome {
     pub log_start_offset: i64,
     /// The batch was a retry of one already in the log; offsets are the original ones.
     pub duplicate: bool,
+}
+
+/// What `append_replica` stored. Offsets are -1 when nothing was appended (only a trailing
+/// partial batch, or no bytes at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaAppendOutcome {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub batches: usize,
+    pub log_end_offset: i64,
+}
+
+/// Who moves the high watermark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HwMode {
+    /// Single node: the high watermark follows durability (Sync) or the log end (otherwise),
+    /// and on open it is the recovered log end. Not checkpointed.
+    Local,
+    /// The replication layer sets it (`set_hw`); appends and fsyncs never move it. On open
+    /// it is `min(hw-checkpoint, recovered log end)`, or the log start if there is none: it
+    /// may lag after a crash (as in Kafka), never lead.
+    Replicated,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -84,6 +121,17 @@ struct Inner {
     closing: bool,
     closed: bool,
     max_timestamp: Option<(i64, i64)>,
+    hw_mode: HwMode,
+    /// Value last written to `hw-checkpoint` (Replicated mode only).
+    hw_persisted: i64,
+    /// Stamped into every batch `append` stores.
+    leader_epoch: i32,
+    epoch_cache: EpochCache,
+    /// Bumped on every change of `epoch_cache`; the checkpoint is current when they match.
+    epoch_version: u64,
+    epoch_persisted: u64,
+    /// A truncation owns the log: appends are refused and the flusher only drains.
+    truncating: bool,
 }
 
 impl Inner {
@@ -103,7 +151,36 @@ impl Inner {
         if self.closing || self.closed {
             return Err(Error::Closed);
         }
+        if self.truncating {
+            return Err(Error::Truncating);
+        }
         Ok(())
+    }
+
+    /// Records that `epoch` starts at `base` if it is not the latest epoch already (Kafka
+    /// assigns on every batch whose epoch differs from the latest one).
+    fn assign_epoch(&mut self, epoch: i32, base: i64) {
+        if epoch < 0 || self.epoch_cache.latest().is_some_and(|l| l.epoch == epoch) {
+            return;
+        }
+        self.epoch_cache.assign(epoch, base);
+        self.epoch_version += 1;
+    }
+
+    /// Replaces the log state with a fresh recovery of the directory (after a truncation).
+    fn install_recovered(&mut self, rec: Recovered) {
+        self.segments = rec.segments;
+        self.log_start = rec.log_start;
+        self.next_offset = rec.next_offset;
+        self.durable_offset = rec.next_offset;
+        self.written_offset = rec.next_offset;
+        self.producers = rec.producers;
+        self.cache.clear();
+        self.high_watermark = self
+            .high_watermark
+            .min(self.next_offset)
+            .max(self.log_start);
+        self.recompute_max_timestamp();
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -151,7 +228,9 @@ impl Inner {
 
     fn advance_durable(&mut self, offset: i64) {
         self.durable_offset = self.durable_offset.max(offset);
-        self.high_watermark = self.high_watermark.max(self.durable_offset);
+        if self.hw_mode == HwMode::Local {
+            self.high_watermark = self.high_watermark.max(self.durable_offset);
+        }
     }
 
     /// Removes the complete, non-active segments wholly below `log_start`.
@@ -181,14 +260,34 @@ pub struct Partition {
     flusher: RefCell<Option<glommio::task::JoinHandle<()>>>,
     flusher_done: Notify,
     flusher_running: std::cell::Cell<bool>,
-    /// Serialises log-start persistence and segment deletion (DeleteRecords, retention).
+    /// The flusher is inside a pass (data, index, snapshot or checkpoint I/O).
+    flush_in_progress: Cell<bool>,
+    /// Serialises log-start persistence and segment deletion (DeleteRecords, retention,
+    /// truncation).
     meta_lock: glommio::sync::Semaphore,
+    /// Serialises writes of `leader-epoch-checkpoint` and `hw-checkpoint` (same temp names).
+    state_lock: glommio::sync::Semaphore,
+    /// The log end moved (appends); follower fetches long-poll on it.
+    appended: Notify,
 }
 
 enum Step {
     Final,
     Flush { sync: bool },
+    CheckpointHw,
     Wait { until: Option<Instant> },
+}
+
+/// Ends a truncation (also if its future is dropped): appends and the flusher resume.
+struct TruncatingGuard<'a>(&'a Partition);
+
+impl Drop for TruncatingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inner.borrow_mut().truncating = false;
+        self.0.flush_wakeup.notify_all();
+        self.0.progress.notify_all();
+        self.0.appended.notify_all();
+    }
 }
 
 impl Partition {
@@ -197,20 +296,83 @@ impl Partition {
         Self::open_with(dir, config, Rc::new(DmaFileSystem)).await
     }
 
+    /// Opens a replica's log: the high watermark is driven by `set_hw` (see `HwMode`).
+    pub async fn open_replicated(dir: PathBuf, config: LogConfig) -> Result<Rc<Partition>, Error> {
+        Self::open_with_mode(dir, config, Rc::new(DmaFileSystem), HwMode::Replicated).await
+    }
+
     /// `open` with an injected file layer (tests use it to inject faults).
     pub async fn open_with(
         dir: PathBuf,
         config: LogConfig,
         fs: Rc<dyn FileSystem>,
     ) -> Result<Rc<Partition>, Error> {
+        Self::open_with_mode(dir, config, fs, HwMode::Local).await
+    }
+
+    pub async fn open_with_mode(
+        dir: PathBuf,
+        config: LogConfig,
+        fs: Rc<dyn FileSystem>,
+        hw_mode: HwMode,
+    ) -> Result<Rc<Partition>, Error> {
         config.validate()?;
         let rec = recover(&dir, &config, &*fs).await?;
+        let loaded = match epoch_checkpoint::read(&dir).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "leader-epoch checkpoint unreadable; rebuilding from batches");
+                None
+            }
+        };
+        let (epoch_cache, epochs_changed) = match &loaded {
+            Some(checkpoint) => {
+                // The checkpoint may lag the log (crash between an fsync and its write) or
+                // lead it (entries for data the crash lost). Everything before the scanned
+                // region is covered by the checkpoint (it is written before any index or
+                // producer checkpoint), so redo the scanned region from its batches.
+                let mut c = checkpoint.clone();
+                c.truncate_from_end(rec.epoch_scan_from);
+                for &(epoch, base) in &rec.scanned_epochs {
+                    if c.latest().is_none_or(|l| l.epoch != epoch) {
+                        c.assign(epoch, base);
+                    }
+                }
+                c.truncate_from_end(rec.next_offset);
+                let changed = &c != checkpoint;
+                (c, changed)
+            }
+            None => (scan_epochs(&dir, &rec.segments, &*fs).await?, true),
+        };
+        if epochs_changed {
+            epoch_checkpoint::write(&dir, &epoch_cache).await?;
+        }
+        let high_watermark = match hw_mode {
+            HwMode::Local => rec.next_offset,
+            HwMode::Replicated => {
+                let checkpoint = match state_file::read_offset_file(
+                    &dir,
+                    state_file::HW_CHECKPOINT_FILE,
+                )
+                .await
+                {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "hw checkpoint unreadable; starting from the log start");
+                        None
+                    }
+                };
+                checkpoint
+                    .unwrap_or(rec.log_start)
+                    .clamp(rec.log_start, rec.next_offset)
+            }
+        };
         let mut inner = Inner {
             config,
             segments: rec.segments,
             log_start: rec.log_start,
             next_offset: rec.next_offset,
-            high_watermark: rec.next_offset,
+            high_watermark,
             durable_offset: rec.next_offset,
             written_offset: rec.next_offset,
             producers: rec.producers,
@@ -219,6 +381,15 @@ impl Partition {
             closing: false,
             closed: false,
             max_timestamp: None,
+            hw_mode,
+            hw_persisted: high_watermark,
+            // Until `set_leader_epoch`, keep stamping the latest epoch this log knows (0 for
+            // a new log), so a restart never stamps an older epoch than it already holds.
+            leader_epoch: epoch_cache.latest().map(|l| l.epoch).unwrap_or(0),
+            epoch_cache,
+            epoch_version: 0,
+            epoch_persisted: 0,
+            truncating: false,
         };
         inner.recompute_max_timestamp();
         let p = Rc::new(Partition {
@@ -230,7 +401,10 @@ impl Partition {
             flusher: RefCell::new(None),
             flusher_done: Notify::default(),
             flusher_running: std::cell::Cell::new(true),
+            flush_in_progress: Cell::new(false),
             meta_lock: glommio::sync::Semaphore::new(1),
+            state_lock: glommio::sync::Semaphore::new(1),
+            appended: Notify::default(),
         });
         let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
         *p.flusher.borrow_mut() = Some(task);
@@ -319,8 +493,9 @@ impl Partition {
         }
 
         let base_offset = inner.next_offset;
+        let leader_epoch = inner.leader_epoch;
         patch_base_offset(&mut batch, base_offset);
-        patch_leader_epoch(&mut batch, 0);
+        patch_leader_epoch(&mut batch, leader_epoch);
         let log_append_time_ms = match inner.config.message_timestamp_type {
             TimestampType::LogAppendTime => {
                 patch_log_append_time(&mut batch, now_ms);
@@ -340,6 +515,7 @@ impl Partition {
         let interval = inner.config.index_interval_bytes;
         inner.active().append(&bytes, &h, interval, now_ms);
         inner.next_offset = h.last_offset() + 1;
+        inner.assign_epoch(leader_epoch, base_offset);
         inner.producers.record(&id, base_offset, h.last_offset());
         if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
             inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
@@ -359,7 +535,8 @@ impl Partition {
             log_start_offset: inner.log_start,
             duplicate: false,
         };
-        let hw_moves = inner.config.flush_policy != FlushPolicy::Sync;
+        let hw_moves =
+            inner.hw_mode == HwMode::Local && inner.config.flush_policy != FlushPolicy::Sync;
         if hw_moves {
             inner.high_watermark = inner.next_offset;
         }
@@ -367,8 +544,131 @@ impl Partition {
         if hw_moves {
             self.progress.notify_all();
         }
+        self.appended.notify_all();
         self.flush_wakeup.notify_all();
         Ok(outcome)
+    }
+
+    /// Called on becoming leader: every later `append` stamps `epoch` into its batch, and
+    /// the first of them records `(epoch, its base offset)` in the leader-epoch cache.
+    /// Panics if `epoch` is older than the latest epoch in the log: stamping it would break
+    /// the cache's ordering, and leader epochs only grow.
+    pub fn set_leader_epoch(&self, epoch: i32) {
+        let mut inner = self.inner.borrow_mut();
+        let latest = inner.epoch_cache.latest().map(|l| l.epoch).unwrap_or(-1);
+        assert!(
+            epoch >= 0 && epoch >= latest,
+            "leader epoch {epoch} is older than the log's latest epoch {latest}"
+        );
+        inner.leader_epoch = epoch;
+    }
+
+    /// Appends batches fetched from the leader, unchanged (offsets, leader epochs, producer
+    /// fields and timestamps are the leader's). Each whole batch is validated (length,
+    /// magic, CRC); the first must start at the log end and each next one right after the
+    /// previous, or nothing is appended. A trailing partial batch (a Fetch response cut at
+    /// its size limit) is ignored. Producer state and the leader-epoch cache are updated
+    /// from the batches, as recovery does, so this replica dedups correctly if it becomes
+    /// leader. Not durable on return: `wait_durable(last_offset)` as for `append`.
+    pub fn append_replica(
+        &self,
+        batches: Bytes,
+    ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
+        let mut inner = self.inner.borrow_mut();
+        inner.check_open()?;
+        let mut parsed = Vec::new();
+        let mut expected = inner.next_offset;
+        let mut at = 0usize;
+        let mut total = 0usize;
+        while let Some(rest) = batches.get(at..).filter(|r| !r.is_empty()) {
+            let len = match BatchHeader::parse(rest) {
+                Ok(h) => h.total_len(),
+                Err(BatchError::Truncated { .. }) => break,
+                Err(e) => return Err(ReplicaAppendError::CorruptMessage(e)),
+            };
+            let Some(one) = rest.get(..len) else {
+                break; // The trailing partial batch of a size-limited Fetch response.
+            };
+            let h = validate(one).map_err(ReplicaAppendError::CorruptMessage)?;
+            if h.base_offset != expected {
+                return Err(ReplicaAppendError::OffsetMismatch {
+                    expected,
+                    got: h.base_offset,
+                });
+            }
+            expected = h.last_offset() + 1;
+            parsed.push((h, batches.slice(at..at + len)));
+            at += len;
+            total += len;
+        }
+        let staged = inner.staged_bytes() as usize;
+        if staged > 0 && staged + total > STAGING_BYTES_MAX {
+            return Err(ReplicaAppendError::Backpressure {
+                staged_bytes: staged,
+                max: STAGING_BYTES_MAX,
+            });
+        }
+        let first_offset = parsed.first().map(|(h, _)| h.base_offset).unwrap_or(-1);
+        let last_offset = parsed.last().map(|(h, _)| h.last_offset()).unwrap_or(-1);
+        let count = parsed.len();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        for (h, bytes) in parsed {
+            assert!(
+                h.base_offset == inner.next_offset && h.last_offset() >= h.base_offset,
+                "replica offsets must continue the log"
+            );
+            if inner.should_roll(bytes.len(), h.last_offset(), now_ms) {
+                inner.roll(&self.dir);
+            }
+            let interval = inner.config.index_interval_bytes;
+            inner.active().append(&bytes, &h, interval, now_ms);
+            inner.next_offset = h.last_offset() + 1;
+            inner.assign_epoch(h.partition_leader_epoch, h.base_offset);
+            if !h.is_control() {
+                let id = BatchIdentity {
+                    producer_id: h.producer_id,
+                    epoch: h.producer_epoch,
+                    first_seq: h.base_sequence,
+                    last_seq: h.last_sequence(),
+                };
+                inner.producers.record(&id, h.base_offset, h.last_offset());
+            }
+            if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
+                inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
+            }
+            inner.cache.push(CachedBatch {
+                base_offset: h.base_offset,
+                last_offset: h.last_offset(),
+                max_timestamp: h.max_timestamp,
+                bytes,
+            });
+        }
+        let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
+        inner.cache.evict(limit, written);
+        let hw_moves = count > 0
+            && inner.hw_mode == HwMode::Local
+            && inner.config.flush_policy != FlushPolicy::Sync;
+        if hw_moves {
+            inner.high_watermark = inner.next_offset;
+        }
+        let log_end_offset = inner.next_offset;
+        drop(inner);
+        if count > 0 {
+            if hw_moves {
+                self.progress.notify_all();
+            }
+            self.appended.notify_all();
+            self.flush_wakeup.notify_all();
+        }
+        Ok(ReplicaAppendOutcome {
+            first_offset,
+            last_offset,
+            batches: count,
+            log_end_offset,
+        })
     }
 
     /// Resolves once the staging buffer has room for `len` more bytes, so a producer that
@@ -418,7 +718,30 @@ impl Partition {
 
     /// Whole batches from the one containing `offset`, below the high watermark, up to
     /// `max_bytes` but at least one (KIP-74). Slices of the tail cache or of read buffers.
+    /// Same as `read_bounded(offset, max_bytes, high watermark)`.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, Error> {
+        self.read_impl(offset, max_bytes, None).await
+    }
+
+    /// Like `read`, bounded by `upper` (exclusive; clamped to the log end) instead of the
+    /// high watermark: only whole batches whose last offset is below `upper` are returned —
+    /// a batch straddling it is not, as Kafka serves only whole batches below the HW.
+    /// Consumers pass `hw()`; a leader serving a follower passes `log_end()`.
+    pub async fn read_bounded(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: i64,
+    ) -> Result<ReadOutcome, Error> {
+        self.read_impl(offset, max_bytes, Some(upper)).await
+    }
+
+    async fn read_impl(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<ReadOutcome, Error> {
         let mut load = None;
         let (file, path, mut pos, end, hw, log_start, interval) = loop {
             if let Some(base) = load.take() {
@@ -429,6 +752,7 @@ impl Partition {
                 return Err(Error::Closed);
             }
             let (hw, log_start) = (inner.high_watermark, inner.log_start);
+            let bound = upper.unwrap_or(hw).min(inner.next_offset);
             if offset < log_start || offset > inner.next_offset {
                 return Err(Error::OffsetOutOfRange {
                     offset,
@@ -441,7 +765,7 @@ impl Partition {
                 high_watermark: hw,
                 log_start_offset: log_start,
             };
-            if offset >= hw {
+            if offset >= bound {
                 return Ok(out);
             }
             if inner
@@ -449,7 +773,7 @@ impl Partition {
                 .first_offset()
                 .is_some_and(|first| first <= offset)
             {
-                out.chunks = inner.cache.read(offset, max_bytes, hw);
+                out.chunks = inner.cache.read(offset, max_bytes, bound);
                 return Ok(out);
             }
             let Some((_, seg)) = inner.segments.range(..=offset).next_back() else {
@@ -471,11 +795,12 @@ impl Partition {
                 seg.path.clone(),
                 pos,
                 seg.written.min(seg.size),
-                hw,
+                (hw, bound),
                 log_start,
                 inner.config.index_interval_bytes,
             );
         };
+        let (hw, bound) = hw;
         let mut chunks = Vec::new();
         let mut total = 0usize;
         'segment: while pos < end {
@@ -490,7 +815,9 @@ impl Partition {
                 if h.last_offset() < offset {
                     continue;
                 }
-                if h.base_offset >= hw || (!chunks.is_empty() && total + bytes.len() > max_bytes) {
+                if h.last_offset() >= bound
+                    || (!chunks.is_empty() && total + bytes.len() > max_bytes)
+                {
                     break 'segment;
                 }
                 total += bytes.len();
@@ -520,6 +847,103 @@ impl Partition {
     /// Offsets below this are fsynced.
     pub fn durable_offset(&self) -> i64 {
         self.inner.borrow().durable_offset
+    }
+    /// The log end that is fsynced: what a follower reports to its leader.
+    pub fn durable_end(&self) -> i64 {
+        self.durable_offset()
+    }
+    pub fn log_end(&self) -> i64 {
+        self.log_end_offset()
+    }
+    pub fn log_start(&self) -> i64 {
+        self.log_start_offset()
+    }
+    pub fn hw(&self) -> i64 {
+        self.high_watermark()
+    }
+    pub fn hw_mode(&self) -> HwMode {
+        self.inner.borrow().hw_mode
+    }
+
+    /// Sets the high watermark (the replication layer: min LEO over the ISR on a leader,
+    /// min(leader's HW, own LEO) on a follower) and switches the partition to
+    /// `HwMode::Replicated` for good. Monotonic: a lower value is ignored (only truncation
+    /// lowers it). Panics if `hw` is past the log end: that would serve unwritten offsets.
+    /// Persisted lazily, at most every `HW_CHECKPOINT_INTERVAL_MS`, and on close/truncation.
+    pub fn set_hw(&self, hw: i64) {
+        let moved = {
+            let mut inner = self.inner.borrow_mut();
+            assert!(
+                hw <= inner.next_offset,
+                "high watermark {hw} past the log end {}",
+                inner.next_offset
+            );
+            inner.hw_mode = HwMode::Replicated;
+            let moved = hw > inner.high_watermark;
+            if moved {
+                inner.high_watermark = hw;
+            }
+            moved
+        };
+        if moved {
+            self.progress.notify_all();
+            // The flusher schedules the checkpoint write.
+            self.flush_wakeup.notify_all();
+        }
+    }
+
+    /// A copy of the leader-epoch cache.
+    pub fn epoch_cache(&self) -> EpochCache {
+        self.inner.borrow().epoch_cache.clone()
+    }
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.inner.borrow().epoch_cache.latest().map(|l| l.epoch)
+    }
+    /// OffsetForLeaderEpoch: the largest epoch <= `epoch` this log knows and where it ends
+    /// (Kafka's `endOffsetFor`, against the current log end).
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let inner = self.inner.borrow();
+        inner.epoch_cache.end_offset_for(epoch, inner.next_offset)
+    }
+
+    /// Resolves when the high watermark passes `offset` (returns it), or at `deadline`, or
+    /// when the partition closes or fails. Consumer long polls.
+    pub async fn wait_for_hw_beyond(&self, offset: i64, deadline: Instant) -> i64 {
+        let wait = async {
+            loop {
+                let listener = self.progress.listen();
+                {
+                    let inner = self.inner.borrow();
+                    if inner.high_watermark > offset || inner.closed || inner.failed.is_some() {
+                        return;
+                    }
+                }
+                listener.await;
+            }
+        };
+        let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+        futures_lite::future::or(wait, sleep).await;
+        self.high_watermark()
+    }
+
+    /// Resolves when the log end passes `offset` (returns it), or at `deadline`, or when the
+    /// partition closes or fails. A leader long-polling for a follower's fetch.
+    pub async fn wait_for_log_end_beyond(&self, offset: i64, deadline: Instant) -> i64 {
+        let wait = async {
+            loop {
+                let listener = self.appended.listen();
+                {
+                    let inner = self.inner.borrow();
+                    if inner.next_offset > offset || inner.closed || inner.failed.is_some() {
+                        return;
+                    }
+                }
+                listener.await;
+            }
+        };
+        let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+        futures_lite::future::or(wait, sleep).await;
+        self.log_end_offset()
     }
 
     /// Resolves when the high watermark moves past `offset`, or after `timeout`.
@@ -772,7 +1196,11 @@ impl Partition {
             if n == 0 || new_start <= inner.log_start {
                 return Ok(());
             }
-            // Complete segments are durable, so this never passes the high watermark.
+            if inner.hw_mode == HwMode::Replicated && new_start > inner.high_watermark {
+                // Replicated: a durable segment may still be above the HW; it waits.
+                return Ok(());
+            }
+            // Local: complete segments are durable, so this never passes the high watermark.
             assert!(
                 new_start <= inner.high_watermark,
                 "retention must not pass the high watermark"
@@ -809,7 +1237,8 @@ impl Partition {
             let mut inner = self.inner.borrow_mut();
             // Leaving Sync: the high watermark becomes the log end at once (it never moves
             // back, so entering Sync keeps it where it is until durability catches up).
-            let moved = config.flush_policy != FlushPolicy::Sync
+            let moved = inner.hw_mode == HwMode::Local
+                && config.flush_policy != FlushPolicy::Sync
                 && inner.high_watermark < inner.next_offset;
             if moved {
                 inner.high_watermark = inner.next_offset;
@@ -887,7 +1316,288 @@ impl Partition {
             write_indexes(&self.dir, base, &index, &time_index).await?;
         }
         write_producer_snapshot(&self.dir, &snapshot).await?;
+        self.persist_epochs_if_dirty().await?;
+        self.persist_hw_if_dirty().await?;
         state_file::write_log_start(&self.dir, log_start).await
+    }
+
+    /// Writes `leader-epoch-checkpoint` if the cache changed since it was last written.
+    async fn persist_epochs_if_dirty(&self) -> Result<(), Error> {
+        let _permit = self
+            .state_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        let (version, cache) = {
+            let inner = self.inner.borrow();
+            if inner.epoch_version == inner.epoch_persisted {
+                return Ok(());
+            }
+            (inner.epoch_version, inner.epoch_cache.clone())
+        };
+        epoch_checkpoint::write(&self.dir, &cache).await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.epoch_persisted = inner.epoch_persisted.max(version);
+        Ok(())
+    }
+
+    /// Writes `hw-checkpoint` if the (Replicated) high watermark moved since the last write.
+    async fn persist_hw_if_dirty(&self) -> Result<(), Error> {
+        let _permit = self
+            .state_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        let hw = {
+            let inner = self.inner.borrow();
+            if inner.hw_mode != HwMode::Replicated || inner.high_watermark == inner.hw_persisted {
+                return Ok(());
+            }
+            inner.high_watermark
+        };
+        state_file::write_offset_file(&self.dir, state_file::HW_CHECKPOINT_FILE, hw).await?;
+        self.inner.borrow_mut().hw_persisted = hw;
+        Ok(())
+    }
+
+    // ---- truncation ----
+
+    /// Takes the log for a truncation: refuses appends, lets the flusher write and fsync
+    /// everything staged (simplest way to handle in-flight appends: afterwards the files
+    /// hold the whole log and the staging buffers only the partial last block), and waits
+    /// until it is idle. It stays paused until the guard drops.
+    async fn quiesce(&self) -> Result<TruncatingGuard<'_>, Error> {
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.check_open()?;
+            inner.truncating = true;
+        }
+        let guard = TruncatingGuard(self);
+        self.flush_wakeup.notify_all();
+        loop {
+            let listener = self.progress.listen();
+            {
+                let inner = self.inner.borrow();
+                if let Some(e) = &inner.failed {
+                    return Err(e.clone());
+                }
+                let drained = inner.durable_offset >= inner.next_offset
+                    && inner.staged_bytes() == 0
+                    && !inner.segments.values().any(|s| s.sealed && !s.complete)
+                    && !self.flush_in_progress.get();
+                if drained {
+                    return Ok(guard);
+                }
+                if !self.flusher_running.get() {
+                    return Err(Error::Closed);
+                }
+            }
+            listener.await;
+        }
+    }
+
+    /// Removes every record at or beyond `offset` and returns the new log end. Whole
+    /// batches only: a batch containing `offset` goes entirely, so the new log end may be
+    /// below `offset` (as in Kafka). `offset` must be in `[log start, log end]`; the log end
+    /// itself is a no-op. The high watermark drops to the new log end if it was above; the
+    /// epoch cache loses epochs starting at or past it; producer state is rebuilt.
+    ///
+    /// Crash-safe: once the cut segment is cut and fsynced, recovery sees it end before the
+    /// next segment begins and deletes every later one itself, so no truncated record can
+    /// come back; before that point nothing was removed. After an I/O error the partition is
+    /// poisoned (the on-disk state is whatever recovery will make of it).
+    pub async fn truncate_to(&self, offset: i64) -> Result<i64, Error> {
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        {
+            let inner = self.inner.borrow();
+            inner.check_open()?;
+            if offset < inner.log_start || offset > inner.next_offset {
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start: inner.log_start,
+                    log_end: inner.next_offset,
+                });
+            }
+            if offset == inner.next_offset {
+                return Ok(offset);
+            }
+        }
+        let _guard = self.quiesce().await?;
+        match self.truncate_quiesced(offset).await {
+            Ok(leo) => Ok(leo),
+            Err(e) => {
+                self.fail(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    async fn truncate_quiesced(&self, offset: i64) -> Result<i64, Error> {
+        let base = self
+            .inner
+            .borrow()
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b);
+        let Some(base) = base else {
+            return Err(Error::corruption(
+                &self.dir,
+                0,
+                "no segment holds the offset",
+            ));
+        };
+        self.ensure_segment_ready(base).await?;
+        let (file, path, size, mut producers, later) = {
+            let inner = self.inner.borrow();
+            let Some(seg) = inner.segments.get(&base) else {
+                return Err(Error::corruption(&self.dir, 0, "segment vanished"));
+            };
+            let later: Vec<i64> = inner.segments.range(base + 1..).map(|(b, _)| *b).collect();
+            (
+                seg.file.clone(),
+                seg.path.clone(),
+                seg.size,
+                inner.producers.clone(),
+                later,
+            )
+        };
+        let Some(file) = file else {
+            return Err(Error::corruption(&path, 0, "segment to cut has no file"));
+        };
+        // Producers whose last batch is cut are rebuilt from this segment below the cut;
+        // every other entry is already exactly what it was at the cut.
+        let affected: HashSet<i64> = producers.remove_at_or_after(offset).into_iter().collect();
+        let mut replayed = ProducerStateTable::default();
+        let mut cut = None;
+        scan_valid(&*file, &path, 0, size, base, base, |h, pos| {
+            if cut.is_some() {
+                return;
+            }
+            if h.last_offset() >= offset {
+                cut = Some((h.base_offset, pos));
+            } else if !h.is_control() && affected.contains(&h.producer_id) {
+                let id = BatchIdentity {
+                    producer_id: h.producer_id,
+                    epoch: h.producer_epoch,
+                    first_seq: h.base_sequence,
+                    last_seq: h.last_sequence(),
+                };
+                replayed.record(&id, h.base_offset, h.last_offset());
+            }
+        })
+        .await?;
+        let Some((new_end, cut_pos)) = cut else {
+            return Err(Error::corruption(
+                &path,
+                size,
+                "no valid batch at the truncation offset",
+            ));
+        };
+        // 1. The cut segment's index files describe bytes about to go: remove them (durably)
+        //    first, so recovery scans the segment and sees where it really ends.
+        remove_if_exists(&segment_path(&self.dir, base, "index")).await?;
+        remove_if_exists(&segment_path(&self.dir, base, "timeindex")).await?;
+        state_file::sync_dir(&self.dir).await?;
+        // 2. The cut. Durable from here: a restart deletes the later segments by itself.
+        file.truncate(cut_pos)
+            .await
+            .map_err(|e| Error::io(&path, "truncate", e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| Error::io(&path, "fdatasync", e))?;
+        // 3. Later segments, highest first (an interrupted pass never leaves a gap).
+        for b in later.iter().rev() {
+            remove_segment_files(&self.dir, *b).await?;
+        }
+        state_file::sync_dir(&self.dir).await?;
+        // 4. Producer, epoch and HW state as of the new end.
+        producers.absorb(replayed);
+        write_producer_snapshot(&self.dir, &producers.snapshot(new_end)).await?;
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.epoch_cache.truncate_from_end(new_end);
+            inner.epoch_version += 1;
+            if inner.high_watermark > new_end {
+                inner.high_watermark = new_end;
+            }
+        }
+        self.persist_epochs_if_dirty().await?;
+        self.persist_hw_if_dirty().await?;
+        // 5. The in-memory log, rebuilt by the code a restart runs (reads the snapshot
+        //    written above, so producer state is exactly what a restart would have).
+        let config = self.config();
+        let rec = recover(&self.dir, &config, &*self.fs).await?;
+        if rec.next_offset != new_end {
+            return Err(Error::corruption(
+                &path,
+                cut_pos,
+                format!(
+                    "recovered log end {} after truncating to {new_end}",
+                    rec.next_offset
+                ),
+            ));
+        }
+        self.inner.borrow_mut().install_recovered(rec);
+        tracing::info!(dir = %self.dir.display(), offset, new_end, "log truncated");
+        Ok(new_end)
+    }
+
+    /// For a follower whose whole log is behind the leader's log start: deletes every
+    /// segment and starts an empty log at `offset` (log start = log end = HW = `offset`,
+    /// empty epoch cache and producer state). Crash-safe through `truncate-fully.intent`,
+    /// which recovery finishes if a crash interrupts this.
+    pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), Error> {
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        {
+            let inner = self.inner.borrow();
+            inner.check_open()?;
+            if offset < 0 {
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start: inner.log_start,
+                    log_end: inner.next_offset,
+                });
+            }
+        }
+        let _guard = self.quiesce().await?;
+        let result = async {
+            state_file::write_offset_file(
+                &self.dir,
+                state_file::TRUNCATE_FULLY_INTENT_FILE,
+                offset,
+            )
+            .await?;
+            finish_truncate_fully(&self.dir, offset).await?;
+            let config = self.config();
+            recover(&self.dir, &config, &*self.fs).await
+        }
+        .await;
+        match result {
+            Ok(rec) => {
+                let mut inner = self.inner.borrow_mut();
+                inner.epoch_cache = EpochCache::default();
+                inner.epoch_version += 1;
+                inner.epoch_persisted = inner.epoch_version; // the file was removed
+                inner.high_watermark = offset;
+                inner.hw_persisted = offset;
+                inner.install_recovered(rec);
+                inner.high_watermark = inner.next_offset;
+                Ok(())
+            }
+            Err(e) => {
+                self.fail(e.clone());
+                Err(e)
+            }
+        }
     }
 
     /// close + remove the directory (DeleteTopics).
@@ -903,9 +1613,10 @@ impl Partition {
     async fn run_flusher(self: Rc<Self>) {
         let mut last_sync = Instant::now();
         let mut last_write = Instant::now();
+        let mut last_hw_write = Instant::now();
         loop {
             let wakeup = self.flush_wakeup.listen();
-            let step = {
+            let (step, hw_deadline) = {
                 let inner = self.inner.borrow();
                 if inner.failed.is_some() {
                     break;
@@ -914,7 +1625,19 @@ impl Partition {
                 let unwritten = inner.staged_bytes();
                 let has_sealed = inner.segments.values().any(|s| s.sealed && !s.complete);
                 let dirty = unwritten > 0 || inner.durable_offset < inner.next_offset;
-                if inner.closing {
+                let hw_deadline = (inner.hw_mode == HwMode::Replicated
+                    && !inner.truncating
+                    && !inner.closing
+                    && inner.high_watermark != inner.hw_persisted)
+                    .then(|| last_hw_write + Duration::from_millis(HW_CHECKPOINT_INTERVAL_MS));
+                let step = if inner.truncating {
+                    // Drain everything to disk, then stay idle until the truncation ends.
+                    if dirty || has_sealed {
+                        Step::Flush { sync: true }
+                    } else {
+                        Step::Wait { until: None }
+                    }
+                } else if inner.closing {
                     Step::Final
                 } else if has_sealed {
                     Step::Flush {
@@ -953,9 +1676,29 @@ impl Partition {
                             }
                         }
                     }
-                }
+                };
+                (step, hw_deadline)
             };
+            // A moved high watermark is checkpointed when nothing else is due, at most once
+            // per HW_CHECKPOINT_INTERVAL_MS.
+            let step = match (step, hw_deadline) {
+                (Step::Wait { .. }, Some(d)) if Instant::now() >= d => Step::CheckpointHw,
+                (Step::Wait { until }, Some(d)) => Step::Wait {
+                    until: Some(until.map_or(d, |u| u.min(d))),
+                },
+                (step, _) => step,
+            };
+            self.flush_in_progress.set(matches!(
+                step,
+                Step::Final | Step::Flush { .. } | Step::CheckpointHw
+            ));
             match step {
+                Step::CheckpointHw => {
+                    if let Err(e) = self.persist_hw_if_dirty().await {
+                        tracing::warn!(error = %e, dir = %self.dir.display(), "hw checkpoint write failed");
+                    }
+                    last_hw_write = Instant::now();
+                }
                 Step::Final => {
                     if let Err(e) = self.flush_pass(true).await {
                         self.fail(e);
@@ -981,7 +1724,12 @@ impl Partition {
                     futures_lite::future::or(wakeup, sleep).await;
                 }
             }
+            if self.flush_in_progress.replace(false) {
+                // A truncation waiting for the flusher to go idle re-checks.
+                self.progress.notify_all();
+            }
         }
+        self.flush_in_progress.set(false);
         self.flusher_running.set(false);
         self.flusher_done.notify_all();
         self.progress.notify_all();
@@ -1126,6 +1874,9 @@ impl Partition {
                     .map_err(|e| Error::io(&path, "fdatasync", e))?;
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
+                // Before any index or producer checkpoint below: recovery relies on data
+                // those cover having its epochs in the epoch checkpoint.
+                self.persist_epochs_if_dirty().await?;
             }
             if !sealed {
                 if let Some((index, time_index, snapshot)) = checkpoint {

@@ -196,6 +196,33 @@ impl ProducerStateTable {
             .retain(|_, e| e.last_offset() >= log_start_offset);
     }
 
+    /// Truncation of the log at `offset`: forgets every producer whose last batch is at or
+    /// past it and returns their ids. A producer with no batch at or past `offset` keeps an
+    /// exact entry (its retained batches and epoch all come from below `offset`); the
+    /// returned ones must be rebuilt from the log below `offset` (`absorb`).
+    pub fn remove_at_or_after(&mut self, offset: i64) -> Vec<i64> {
+        let doomed: Vec<i64> = self
+            .producers
+            .values()
+            .filter(|e| e.last_offset() >= offset)
+            .map(|e| e.producer_id)
+            .collect();
+        for pid in &doomed {
+            self.producers.remove(pid);
+        }
+        doomed
+    }
+
+    /// Takes every entry of `other` (producers rebuilt by replaying part of the log).
+    pub fn absorb(&mut self, other: ProducerStateTable) {
+        for (pid, entry) in other.producers {
+            if !self.producers.contains_key(&pid) && self.producers.len() >= PRODUCERS_MAX {
+                self.evict_oldest();
+            }
+            self.producers.insert(pid, entry);
+        }
+    }
+
     pub fn snapshot(&self, next_offset: i64) -> ProducerSnapshot {
         let mut producers: Vec<ProducerEntry> = self.producers.values().cloned().collect();
         producers.sort_by_key(|e| e.producer_id);

@@ -12,6 +12,12 @@
 //! - A non-last segment found invalid while rebuilding becomes the end of the log: later
 //!   segments are deleted, because offsets must stay contiguous.
 //! - Producer state: the latest snapshot plus replay of batch headers after it.
+//! - Leader epochs: the `(epoch, first offset)` changes seen in the scanned part of the
+//!   active segment are returned, so the caller can repair a checkpoint that lags the log;
+//!   `scan_epochs` rebuilds the whole cache from batch headers when the checkpoint is lost.
+//! - A `truncate-fully.intent` file means `truncate_fully_and_start_at` was interrupted:
+//!   it is finished first (every segment and the state describing them go, the log start
+//!   becomes the intent's offset), so no truncated record ever comes back.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,8 +30,9 @@ use super::segment::{
 };
 use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
-use super::{Error, LogConfig, READ_CHUNK_BYTES_MAX};
+use super::{epoch_checkpoint, Error, LogConfig, READ_CHUNK_BYTES_MAX};
 use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
+use crate::replication::epoch_cache::EpochCache;
 
 pub(crate) const PRODUCER_SNAPSHOT_FILE: &str = "producer_state.snapshot";
 
@@ -34,6 +41,89 @@ pub(crate) struct Recovered {
     pub log_start: i64,
     pub next_offset: i64,
     pub producers: ProducerStateTable,
+    /// First offset of the active-segment region recovery scanned (batch by batch).
+    pub epoch_scan_from: i64,
+    /// `(leader epoch, base offset)` at each change of epoch in that region, in log order.
+    pub scanned_epochs: Vec<(i32, i64)>,
+}
+
+/// Finishes an interrupted `truncate_fully_and_start_at`: removes every segment and the
+/// state that described them, persists the new log start, then drops the intent. Each step
+/// is idempotent, so a crash during this is finished by the next recovery.
+pub(crate) async fn finish_truncate_fully(dir: &Path, offset: i64) -> Result<(), Error> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read dir", e))?;
+    let mut doomed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, "read dir", e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stem = name
+            .strip_suffix(".log")
+            .or_else(|| name.strip_suffix(".index"))
+            .or_else(|| name.strip_suffix(".timeindex"));
+        if stem.is_some_and(|s| s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit())) {
+            doomed.push(entry.path());
+        }
+    }
+    // Highest first, so an interrupted pass never leaves a gap below surviving data.
+    doomed.sort_unstable();
+    for path in doomed.iter().rev() {
+        remove_if_exists(path).await?;
+    }
+    remove_if_exists(&dir.join(PRODUCER_SNAPSHOT_FILE)).await?;
+    remove_if_exists(&dir.join(epoch_checkpoint::EPOCH_CHECKPOINT_FILE)).await?;
+    state_file::write_log_start(dir, offset).await?;
+    state_file::write_offset_file(dir, state_file::HW_CHECKPOINT_FILE, offset).await?;
+    remove_if_exists(&dir.join(state_file::TRUNCATE_FULLY_INTENT_FILE)).await?;
+    state_file::sync_dir(dir).await
+}
+
+/// Rebuilds the leader-epoch cache from every batch header in the log (a lost or corrupt
+/// checkpoint). Reads all the data once; CRCs are checked as everywhere else.
+pub(crate) async fn scan_epochs(
+    dir: &Path,
+    segments: &BTreeMap<i64, Segment>,
+    fs: &dyn FileSystem,
+) -> Result<EpochCache, Error> {
+    let mut cache = EpochCache::default();
+    for seg in segments.values() {
+        if seg.size == 0 {
+            continue;
+        }
+        let path = segment_path(dir, seg.base_offset, "log");
+        let file = match &seg.file {
+            Some(f) => std::rc::Rc::clone(f),
+            None => fs
+                .open_segment(&path, false)
+                .await
+                .map_err(|e| Error::io(&path, "open", e))?,
+        };
+        let mut changes = Vec::new();
+        scan_valid(
+            &*file,
+            &path,
+            0,
+            seg.size,
+            seg.base_offset,
+            seg.base_offset,
+            |h, _| note_epoch(&mut changes, h),
+        )
+        .await?;
+        for (epoch, base) in changes {
+            if cache.latest().is_none_or(|l| l.epoch != epoch) {
+                cache.assign(epoch, base);
+            }
+        }
+    }
+    Ok(cache)
+}
+
+/// Appends `(epoch, base)` when the batch's leader epoch differs from the last one noted.
+pub(crate) fn note_epoch(changes: &mut Vec<(i32, i64)>, h: &BatchHeader) {
+    let epoch = h.partition_leader_epoch;
+    if epoch >= 0 && changes.last().is_none_or(|&(e, _)| e != epoch) {
+        changes.push((epoch, h.base_offset));
+    }
 }
 
 pub(crate) async fn read_producer_snapshot(dir: &Path) -> Result<Option<ProducerSnapshot>, Error> {
@@ -236,6 +326,12 @@ pub(crate) async fn recover(
     fs: &dyn FileSystem,
 ) -> Result<Recovered, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create dir", e))?;
+    if let Some(offset) =
+        state_file::read_offset_file(dir, state_file::TRUNCATE_FULLY_INTENT_FILE).await?
+    {
+        tracing::warn!(offset, dir = %dir.display(), "finishing an interrupted full truncation");
+        finish_truncate_fully(dir, offset).await?;
+    }
     let mut bases = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read dir", e))?;
     for entry in entries {
@@ -275,6 +371,8 @@ pub(crate) async fn recover(
 
     let mut segments = BTreeMap::new();
     let mut producers = ProducerStateTable::default();
+    let mut epoch_scan_from = log_start;
+    let mut scanned_epochs = Vec::new();
     let mut i = 0;
     while let Some(&base) = bases.get(i) {
         let next_base = bases.get(i + 1).copied();
@@ -372,8 +470,11 @@ pub(crate) async fn recover(
                 }
             }
             seg.size = start.0;
+            epoch_scan_from = start.1;
+            scanned_epochs.clear();
             let valid_end =
                 scan_valid(&*file, &path, start.0, file_len, base, start.1, |h, pos| {
+                    note_epoch(&mut scanned_epochs, h);
                     seg.index_batch(h, pos, config.index_interval_bytes);
                     if h.base_offset >= replay_from && !h.is_control() {
                         let id = BatchIdentity {
@@ -468,5 +569,7 @@ pub(crate) async fn recover(
         log_start,
         next_offset,
         producers,
+        epoch_scan_from: epoch_scan_from.min(next_offset),
+        scanned_epochs,
     })
 }

@@ -178,3 +178,31 @@ where
     rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned)
         .map_err(|e| Error::corruption(path, 0, format!("rkyv: {e}")))
 }
+
+/// One offset persisted on its own (the high-watermark checkpoint, the truncate intent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct OffsetState {
+    pub offset: i64,
+}
+
+/// High watermark, written lazily (see `Partition::set_hw`); may lag after a crash.
+pub(crate) const HW_CHECKPOINT_FILE: &str = "hw-checkpoint";
+/// Present only while `truncate_fully_and_start_at` runs: recovery finishes the job.
+pub(crate) const TRUNCATE_FULLY_INTENT_FILE: &str = "truncate-fully.intent";
+
+pub(crate) async fn write_offset_file(dir: &Path, name: &str, offset: i64) -> Result<(), Error> {
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&OffsetState { offset })
+        .map_err(|e| Error::corruption(dir.join(name), 0, e.to_string()))?;
+    write_atomic(dir, name, frame(&payload)).await
+}
+
+/// `Ok(None)` if absent; `Err(Corruption)` if present but unreadable.
+pub(crate) async fn read_offset_file(dir: &Path, name: &str) -> Result<Option<i64>, Error> {
+    let path = dir.join(name);
+    let Some(bytes) = read_raw(&path).await? else {
+        return Ok(None);
+    };
+    let payload = unframe(&path, &bytes)?;
+    let state: OffsetState = decode(&path, payload)?;
+    Ok(Some(state.offset))
+}

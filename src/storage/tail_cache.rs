@@ -51,6 +51,12 @@ impl TailCache {
         }
     }
 
+    /// Forgets everything (the log was truncated; the cache must never serve cut batches).
+    pub(crate) fn clear(&mut self) {
+        self.batches.clear();
+        self.bytes = 0;
+    }
+
     /// Drops batches wholly below the log start.
     pub(crate) fn evict_below(&mut self, log_start: i64) {
         while let Some(b) = self.batches.front() {
@@ -62,14 +68,14 @@ impl TailCache {
         }
     }
 
-    /// Whole batches from the one containing `offset`, below `high_watermark`, up to
-    /// `max_bytes` but at least one (KIP-74).
-    pub(crate) fn read(&self, offset: i64, max_bytes: usize, high_watermark: i64) -> Vec<Bytes> {
+    /// Whole batches from the one containing `offset`, each wholly below `upper` (exclusive;
+    /// a batch straddling it is not returned), up to `max_bytes` but at least one (KIP-74).
+    pub(crate) fn read(&self, offset: i64, max_bytes: usize, upper: i64) -> Vec<Bytes> {
         let start = self.batches.partition_point(|b| b.last_offset < offset);
         let mut out = Vec::new();
         let mut total = 0usize;
         for b in self.batches.range(start..) {
-            if b.base_offset >= high_watermark {
+            if b.last_offset >= upper {
                 break;
             }
             if !out.is_empty() && total + b.bytes.len() > max_bytes {

@@ -513,11 +513,18 @@ struct FaultyFs {
     fail_sync: Rc<Cell<bool>>,
     syncs: Rc<Cell<u32>>,
     opens: Cell<u32>,
+    /// `truncate` fails (nothing is cut).
+    fail_truncate: Rc<Cell<bool>>,
+    /// After the next successful `truncate`, every fdatasync fails (a crash right after
+    /// the cut reached the page cache).
+    fail_sync_after_truncate: Rc<Cell<bool>>,
 }
 struct FaultyFile {
     inner: Rc<dyn SegmentFile>,
     fail_sync: Rc<Cell<bool>>,
     syncs: Rc<Cell<u32>>,
+    fail_truncate: Rc<Cell<bool>>,
+    fail_sync_after_truncate: Rc<Cell<bool>>,
 }
 static DMA: DmaFileSystem = DmaFileSystem;
 
@@ -534,6 +541,8 @@ impl FileSystem for FaultyFs {
                 inner,
                 fail_sync: Rc::clone(&self.fail_sync),
                 syncs: Rc::clone(&self.syncs),
+                fail_truncate: Rc::clone(&self.fail_truncate),
+                fail_sync_after_truncate: Rc::clone(&self.fail_sync_after_truncate),
             });
             Ok(f)
         })
@@ -557,6 +566,12 @@ impl SegmentFile for FaultyFile {
         self.inner.sync_data()
     }
     fn truncate(&self, len: u64) -> IoFuture<'_, ()> {
+        if self.fail_truncate.get() {
+            return Box::pin(async { Err(std::io::Error::other("injected truncate failure")) });
+        }
+        if self.fail_sync_after_truncate.get() {
+            self.fail_sync.set(true);
+        }
         self.inner.truncate(len)
     }
     fn pre_allocate(&self, len: u64) -> IoFuture<'_, ()> {
@@ -892,6 +907,600 @@ fn closed_segments_open_lazily() {
         assert_eq!(fs.opens.get(), 2);
         p.read(1, 1).await.unwrap();
         assert_eq!(fs.opens.get(), 2);
+        p.close().await.unwrap();
+    });
+}
+
+// ---- replication: epochs, follower append, truncation, high watermark ----
+
+/// Every batch in `[from, upper)`, read in as many bounded reads as it takes.
+async fn read_all(p: &Partition, from: i64, upper: i64) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    loop {
+        let r = p.read_bounded(offset, 1 << 20, upper).await.unwrap();
+        let Some(last) = r.chunks.last() else {
+            return out;
+        };
+        offset = BatchHeader::parse(last).unwrap().last_offset() + 1;
+        out.extend(r.chunks);
+    }
+}
+
+fn headers(chunks: &[Bytes]) -> Vec<BatchHeader> {
+    chunks
+        .iter()
+        .map(|c| BatchHeader::parse(c).unwrap())
+        .collect()
+}
+
+fn joined(chunks: &[Bytes]) -> Bytes {
+    Bytes::from(concat(chunks))
+}
+
+fn entries(pairs: &[(i32, i64)]) -> Vec<EpochEntry> {
+    pairs
+        .iter()
+        .map(|&(epoch, start_offset)| EpochEntry {
+            epoch,
+            start_offset,
+        })
+        .collect()
+}
+
+/// A leader stamps its epoch into each batch and records epoch starts; a follower fed the
+/// leader's bytes stores them unchanged (same offsets, epochs, bytes, epoch cache, producer
+/// state: a retry sent to it once it leads is a duplicate), ignores a trailing partial
+/// batch, and rejects gaps, overlaps and corrupt batches without appending anything.
+#[test]
+fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
+    run(|| async {
+        let (ldir, fdir) = (test_dir(), test_dir());
+        let leader = Partition::open(ldir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        leader.set_leader_epoch(3);
+        for seq in 0..6 {
+            leader
+                .append(make_batch(2, 100 + seq as i64, 42, 0, seq * 2, 120), 0)
+                .unwrap();
+        }
+        leader.set_leader_epoch(5);
+        for seq in 6..12 {
+            leader
+                .append(make_batch(2, 100 + seq as i64, 42, 0, seq * 2, 120), 0)
+                .unwrap();
+        }
+        let leo = leader.log_end();
+        assert_eq!(leo, 24);
+        leader.wait_durable(leo - 1).await.unwrap();
+        let all = read_all(&leader, 0, leo).await;
+        let epochs: Vec<i32> = headers(&all)
+            .iter()
+            .map(|h| h.partition_leader_epoch)
+            .collect();
+        assert_eq!(epochs, [3, 3, 3, 3, 3, 3, 5, 5, 5, 5, 5, 5]);
+        assert_eq!(leader.epoch_cache().entries(), entries(&[(3, 0), (5, 12)]));
+        assert_eq!(leader.end_offset_for_epoch(3), (3, 12));
+        assert_eq!(leader.end_offset_for_epoch(4), (3, 12));
+        assert_eq!(leader.end_offset_for_epoch(5), (5, 24));
+
+        let follower = Partition::open_with_mode(
+            fdir.path().to_path_buf(),
+            small_config(),
+            Rc::new(DmaFileSystem),
+            HwMode::Replicated,
+        )
+        .await
+        .unwrap();
+        // A gap: the first batch must start at the follower's log end (0).
+        assert_eq!(
+            follower.append_replica(joined(&all[2..4])),
+            Err(ReplicaAppendError::OffsetMismatch {
+                expected: 0,
+                got: 4
+            })
+        );
+        // A gap between batches of one response: nothing at all is appended.
+        let mut gappy = all[0..2].to_vec();
+        gappy.push(all[3].clone());
+        assert_eq!(
+            follower.append_replica(joined(&gappy)),
+            Err(ReplicaAppendError::OffsetMismatch {
+                expected: 4,
+                got: 6
+            })
+        );
+        let mut corrupt = BytesMut::from(&all[0][..]);
+        let n = corrupt.len();
+        corrupt[n - 1] ^= 1;
+        assert!(matches!(
+            follower.append_replica(corrupt.freeze()),
+            Err(ReplicaAppendError::CorruptMessage(_))
+        ));
+        assert_eq!(follower.log_end(), 0);
+        // Seven whole batches plus half of the eighth, as a size-limited Fetch returns.
+        let mut first = concat(&all[..7]);
+        first.extend_from_slice(&all[7][..all[7].len() / 2]);
+        let out = follower.append_replica(Bytes::from(first)).unwrap();
+        assert_eq!(
+            out,
+            ReplicaAppendOutcome {
+                first_offset: 0,
+                last_offset: 13,
+                batches: 7,
+                log_end_offset: 14
+            }
+        );
+        // Overlap (already have these offsets) is a mismatch too.
+        assert!(matches!(
+            follower.append_replica(joined(&all[6..8])),
+            Err(ReplicaAppendError::OffsetMismatch {
+                expected: 14,
+                got: 12
+            })
+        ));
+        let out = follower.append_replica(joined(&all[7..])).unwrap();
+        assert_eq!((out.first_offset, out.log_end_offset), (14, 24));
+        // Only a partial batch: nothing appended, not an error.
+        let partial = follower.append_replica(all[0].slice(..30)).unwrap();
+        assert_eq!((partial.batches, partial.first_offset), (0, -1));
+        follower.wait_durable(23).await.unwrap();
+        assert_eq!(follower.durable_end(), 24);
+        // Replicated HW does not follow durability: nothing is visible to consumers yet.
+        assert_eq!(follower.hw(), 0);
+        assert!(follower.read(0, 1 << 20).await.unwrap().chunks.is_empty());
+        assert_eq!(read_all(&follower, 0, follower.log_end()).await, all);
+        assert_eq!(follower.epoch_cache(), leader.epoch_cache());
+        assert_eq!(follower.latest_epoch(), Some(5));
+        // Producer state came along: once leader, the follower dedups a retry.
+        follower.set_leader_epoch(6);
+        let dup = follower
+            .append(make_batch(2, 111, 42, 0, 22, 120), 0)
+            .unwrap();
+        assert!(dup.duplicate && dup.base_offset == 22);
+        let next = follower
+            .append(make_batch(2, 112, 42, 0, 24, 120), 0)
+            .unwrap();
+        assert_eq!((next.base_offset, next.duplicate), (24, false));
+        assert_eq!(follower.end_offset_for_epoch(5), (5, 24));
+        follower.close().await.unwrap();
+        // Bytes and epochs survive a restart of the follower.
+        let follower = Partition::open(fdir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!(read_all(&follower, 0, 24).await, all);
+        assert_eq!(
+            follower.epoch_cache().entries(),
+            entries(&[(3, 0), (5, 12), (6, 24)])
+        );
+        follower.close().await.unwrap();
+        leader.close().await.unwrap();
+    });
+}
+
+/// truncate_to cuts whole batches (an offset inside a batch cuts that batch), deletes later
+/// segments, lowers the HW, and appends continue from the new end; data below survives
+/// reads, a clean restart, and a simulated kill -9 right after the truncation.
+#[test]
+fn truncate_then_append_again() {
+    for crash in [false, true] {
+        run(move || async move {
+            let dir = test_dir();
+            let (mut model, p) = fill(dir.path(), small_config(), 60).await;
+            assert!(matches!(
+                p.truncate_to(121).await,
+                Err(Error::OffsetOutOfRange { .. })
+            ));
+            assert_eq!(p.truncate_to(120).await.unwrap(), 120, "log end: no-op");
+            // Batches hold 2 records: offset 51 is inside the batch at 50.
+            assert_eq!(p.truncate_to(51).await.unwrap(), 50);
+            assert_eq!(p.log_end(), 50);
+            assert_eq!(p.hw(), 50);
+            assert!(p.read(50, 100).await.unwrap().chunks.is_empty());
+            assert!(matches!(
+                p.read(51, 100).await,
+                Err(Error::OffsetOutOfRange { .. })
+            ));
+            model.truncate(25);
+            check_all(&p, &model).await;
+            // Truncating exactly at a segment base (the segments hold 19 batches: 38).
+            assert_eq!(p.truncate_to(38).await.unwrap(), 38);
+            model.truncate(19);
+            for i in 0..30 {
+                let b = plain(3, 7000 + i, 90);
+                let out = p.append(b.clone(), 0).unwrap();
+                model.push((out.base_offset, stored(&b, out.base_offset)));
+            }
+            assert_eq!(p.log_end(), 38 + 90);
+            p.wait_durable(p.log_end() - 1).await.unwrap();
+            check_all(&p, &model).await;
+            assert_eq!(p.truncate_to(38 + 45).await.unwrap(), 38 + 45);
+            model.truncate(19 + 15);
+            if crash {
+                p.crash().await;
+            } else {
+                p.close().await.unwrap();
+            }
+            let p = Partition::open(dir.path().to_path_buf(), small_config())
+                .await
+                .unwrap();
+            assert_eq!(p.log_end(), 83);
+            check_all(&p, &model).await;
+            let b = plain(1, 1, 10);
+            assert_eq!(p.append(b, 0).unwrap().base_offset, 83);
+            p.close().await.unwrap();
+        });
+    }
+}
+
+/// Crash safety of truncation, with faults injected through the file layer: a failed cut
+/// leaves the whole log (nothing was truncated yet); a crash once the cut reached the file
+/// (every later fsync fails, later segments still on disk) comes back with the log ending
+/// at the cut — recovery deletes the later segments itself. An interrupted full truncation
+/// is finished by recovery. Truncated records never come back.
+#[test]
+fn truncate_and_reopen_never_resurrects() {
+    run(|| async {
+        let dir = test_dir();
+        let (model, p) = fill(dir.path(), small_config(), 60).await;
+        p.close().await.unwrap();
+        let count_logs = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "log")
+                })
+                .count()
+        };
+        assert!(count_logs() >= 4);
+
+        // 1. The cut itself fails: the partition is poisoned, the log is whole on reopen.
+        let fs = Rc::new(FaultyFs::default());
+        let p = Partition::open_with(dir.path().to_path_buf(), small_config(), fs.clone())
+            .await
+            .unwrap();
+        fs.fail_truncate.set(true);
+        assert!(p.truncate_to(41).await.is_err());
+        assert!(p.append(plain(1, 1, 1), 0).is_err(), "poisoned");
+        drop(p);
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!(p.log_end(), 120);
+        check_all(&p, &model).await;
+        p.close().await.unwrap();
+
+        // 2. Crash right after the cut: later segments are still on disk.
+        let fs = Rc::new(FaultyFs::default());
+        let p = Partition::open_with(dir.path().to_path_buf(), small_config(), fs.clone())
+            .await
+            .unwrap();
+        fs.fail_sync_after_truncate.set(true);
+        let before = count_logs();
+        assert!(p.truncate_to(41).await.is_err());
+        assert_eq!(
+            count_logs(),
+            before,
+            "crashed before deleting later segments"
+        );
+        p.crash().await;
+        drop(p);
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!(p.log_end(), 40, "the cut holds; nothing past it came back");
+        check_all(&p, &model[..20]).await;
+        assert!(count_logs() <= 3);
+        let out = p.append(plain(1, 1, 33), 0).unwrap();
+        assert_eq!(out.base_offset, 40);
+        p.wait_durable(40).await.unwrap();
+        p.crash().await;
+        drop(p);
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!(p.log_end(), 41);
+        assert_eq!(
+            p.read(40, 1).await.unwrap().chunks[0],
+            stored(&plain(1, 1, 33), 40)
+        );
+        p.close().await.unwrap();
+
+        // 3. An interrupted full truncation (intent written, nothing else) is finished.
+        super::state_file::write_offset_file(
+            dir.path(),
+            super::state_file::TRUNCATE_FULLY_INTENT_FILE,
+            500,
+        )
+        .await
+        .unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!((p.log_start(), p.log_end(), p.hw()), (500, 500, 500));
+        assert_eq!(
+            count_logs(),
+            0,
+            "the new active segment has no file until a flush"
+        );
+        assert!(p.epoch_cache().entries().is_empty());
+        assert_eq!(p.append(plain(1, 1, 5), 0).unwrap().base_offset, 500);
+        // And the API itself.
+        p.truncate_fully_and_start_at(900).await.unwrap();
+        assert_eq!((p.log_start(), p.log_end(), p.hw()), (900, 900, 900));
+        assert_eq!(p.append(plain(2, 1, 5), 0).unwrap().base_offset, 900);
+        p.wait_durable(901).await.unwrap();
+        p.crash().await;
+        drop(p);
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        assert_eq!((p.log_start(), p.log_end()), (900, 902));
+        assert!(!dir
+            .path()
+            .join(super::state_file::TRUNCATE_FULLY_INTENT_FILE)
+            .exists());
+        p.close().await.unwrap();
+    });
+}
+
+/// The leader-epoch cache is checkpointed in Kafka's text format, reloaded on open,
+/// rebuilt from batch headers when the file is missing or corrupt, repaired when a crash
+/// left it behind the log, and cut (and re-persisted) by truncation.
+#[test]
+fn epoch_cache_persisted_and_rebuilt() {
+    run(|| async {
+        let dir = test_dir();
+        let path = dir.path().join("leader-epoch-checkpoint");
+        let open = || Partition::open(dir.path().to_path_buf(), small_config());
+        let p = open().await.unwrap();
+        for (epoch, n) in [(1, 10), (4, 10), (7, 10)] {
+            p.set_leader_epoch(epoch);
+            for i in 0..n {
+                p.append(plain(2, i, 150), 0).unwrap();
+            }
+        }
+        let expected = entries(&[(1, 0), (4, 20), (7, 40)]);
+        assert_eq!(p.epoch_cache().entries(), expected);
+        p.close().await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "0\n3\n1 0\n4 20\n7 40\n"
+        );
+        let p = open().await.unwrap();
+        assert_eq!(p.epoch_cache().entries(), expected);
+        assert_eq!(p.latest_epoch(), Some(7));
+        p.close().await.unwrap();
+        for damage in ["missing", "corrupt"] {
+            if damage == "missing" {
+                std::fs::remove_file(&path).unwrap();
+            } else {
+                std::fs::write(&path, "0\n3\n1 0\n4 x\n").unwrap();
+            }
+            let p = open().await.unwrap();
+            assert_eq!(p.epoch_cache().entries(), expected, "{damage}");
+            p.close().await.unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&path).unwrap(),
+                "0\n3\n1 0\n4 20\n7 40\n",
+                "{damage}: rewritten"
+            );
+        }
+        // A crash that left the checkpoint behind the log: recovery repairs it.
+        let p = open().await.unwrap();
+        p.set_leader_epoch(9);
+        let out = p.append(plain(2, 1, 150), 0).unwrap();
+        p.wait_durable(out.last_offset).await.unwrap();
+        p.crash().await;
+        drop(p);
+        std::fs::write(&path, "0\n3\n1 0\n4 20\n7 40\n").unwrap();
+        let p = open().await.unwrap();
+        assert_eq!(
+            p.epoch_cache().entries(),
+            entries(&[(1, 0), (4, 20), (7, 40), (9, 60)])
+        );
+        // Truncation drops epochs that start at or past the cut, on disk too.
+        assert_eq!(p.truncate_to(30).await.unwrap(), 30);
+        assert_eq!(p.epoch_cache().entries(), entries(&[(1, 0), (4, 20)]));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "0\n2\n1 0\n4 20\n");
+        assert_eq!(p.end_offset_for_epoch(4), (4, 30));
+        assert_eq!(p.end_offset_for_epoch(1), (1, 20));
+        assert_eq!(
+            p.end_offset_for_epoch(7),
+            (-1, -1),
+            "newer than any epoch left"
+        );
+        p.close().await.unwrap();
+        let p = open().await.unwrap();
+        assert_eq!(p.epoch_cache().entries(), entries(&[(1, 0), (4, 20)]));
+        // A restart keeps stamping the latest epoch, never an older one.
+        let out = p.append(plain(1, 1, 1), 0).unwrap();
+        p.wait_durable(out.last_offset).await.unwrap();
+        let r = p.read(out.base_offset, 1).await.unwrap();
+        assert_eq!(
+            BatchHeader::parse(&r.chunks[0])
+                .unwrap()
+                .partition_leader_epoch,
+            4
+        );
+        p.close().await.unwrap();
+    });
+}
+
+/// With a replication-driven HW, reads bounded by it return only whole batches wholly
+/// below it (a straddling batch is not served), from the tail cache and from disk alike;
+/// a long poll wakes when the HW moves; truncation lowers the HW; the HW checkpoint is
+/// reloaded on open (min with the recovered log end).
+#[test]
+fn read_bounded_stops_at_hw_with_whole_batches() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            tail_cache_bytes: 0,
+            ..small_config()
+        };
+        let p = Partition::open_with_mode(
+            dir.path().to_path_buf(),
+            config.clone(),
+            Rc::new(DmaFileSystem),
+            HwMode::Replicated,
+        )
+        .await
+        .unwrap();
+        let mut model = Vec::new();
+        for i in 0..20 {
+            let b = plain(3, i, 100);
+            let out = p.append(b.clone(), 0).unwrap();
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+        }
+        assert_eq!(p.hw(), 0);
+        let r = p.read_bounded(0, 1 << 20, 0).await.unwrap();
+        assert!(r.chunks.is_empty());
+        // HW 4 is inside the batch [3, 5]: only [0, 2] is served.
+        p.set_hw(4);
+        for upper_read in [true, false] {
+            let r = if upper_read {
+                p.read_bounded(0, 1 << 20, p.hw()).await.unwrap()
+            } else {
+                p.read(0, 1 << 20).await.unwrap()
+            };
+            assert_eq!(r.chunks, vec![model[0].1.clone()]);
+            assert_eq!(r.high_watermark, 4);
+        }
+        assert!(p
+            .read_bounded(3, 1 << 20, 4)
+            .await
+            .unwrap()
+            .chunks
+            .is_empty());
+        // Lower values are ignored: the HW is monotonic.
+        p.set_hw(2);
+        assert_eq!(p.hw(), 4);
+        // Follower reads go to the log end; the disk path (no tail cache) too.
+        p.wait_durable(59).await.unwrap();
+        let all = read_all(&p, 0, p.log_end()).await;
+        assert_eq!(all.len(), 20);
+        let r = p.read_bounded(7, 1 << 20, 31).await.unwrap();
+        assert_eq!(
+            r.chunks,
+            model[2..10]
+                .iter()
+                .map(|(_, b)| b.clone())
+                .collect::<Vec<_>>()
+        );
+        // A long poll wakes when the HW passes its offset.
+        let p2 = Rc::clone(&p);
+        let waiter = glommio::spawn_local(async move {
+            p2.wait_for_hw_beyond(10, std::time::Instant::now() + Duration::from_secs(30))
+                .await
+        });
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+        p.set_hw(12);
+        assert_eq!(waiter.await, 12);
+        let start = std::time::Instant::now();
+        let hw = p
+            .wait_for_hw_beyond(40, std::time::Instant::now() + Duration::from_millis(30))
+            .await;
+        assert_eq!(hw, 12);
+        assert!(start.elapsed() >= Duration::from_millis(25));
+        let p3 = Rc::clone(&p);
+        let leo_waiter = glommio::spawn_local(async move {
+            p3.wait_for_log_end_beyond(60, std::time::Instant::now() + Duration::from_secs(30))
+                .await
+        });
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+        p.append(plain(1, 0, 10), 0).unwrap();
+        assert_eq!(leo_waiter.await, 61);
+        // Truncation lowers the HW to the new end.
+        p.set_hw(60);
+        assert_eq!(p.truncate_to(9).await.unwrap(), 9);
+        assert_eq!(p.hw(), 9);
+        p.set_hw(9);
+        p.close().await.unwrap();
+        let p = Partition::open_with_mode(
+            dir.path().to_path_buf(),
+            config.clone(),
+            Rc::new(DmaFileSystem),
+            HwMode::Replicated,
+        )
+        .await
+        .unwrap();
+        assert_eq!((p.hw(), p.log_end()), (9, 9));
+        for i in 0..3 {
+            p.append(plain(1, i, 10), 0).unwrap();
+        }
+        p.set_hw(11);
+        p.close().await.unwrap();
+        // A checkpoint past the recovered log end is cut to it; without one, HW = log start.
+        super::state_file::write_offset_file(dir.path(), super::state_file::HW_CHECKPOINT_FILE, 99)
+            .await
+            .unwrap();
+        let p = Partition::open_replicated(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        assert_eq!((p.hw(), p.log_end()), (12, 12));
+        p.close().await.unwrap();
+        std::fs::remove_file(dir.path().join(super::state_file::HW_CHECKPOINT_FILE)).unwrap();
+        let p = Partition::open_replicated(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        assert_eq!(p.hw(), 0);
+        p.close().await.unwrap();
+    });
+}
+
+/// Producer state after truncation is what the log below the cut implies: the cut batch's
+/// sequence is accepted again (not a duplicate), a retry of a surviving batch is a
+/// duplicate with its original offsets, a producer whose epoch bump was cut is back at the
+/// old epoch, and a producer untouched by the cut is unchanged — also after a restart.
+#[test]
+fn producer_state_after_truncate() {
+    run(|| async {
+        let dir = test_dir();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        // pid 7: 10 batches of 2 (offsets 0..20); pid 8 at 20 (untouched, below the cut);
+        // pid 9 epoch 0 at 22, epoch 1 at 24 (the bump is cut).
+        for seq in 0..10 {
+            p.append(make_batch(2, 1, 7, 0, seq * 2, 100), 0).unwrap();
+        }
+        p.append(make_batch(2, 1, 8, 3, 0, 100), 0).unwrap();
+        p.append(make_batch(2, 1, 9, 0, 0, 100), 0).unwrap();
+        p.append(make_batch(2, 1, 9, 1, 0, 100), 0).unwrap();
+        p.append(make_batch(2, 1, 7, 0, 20, 100), 0).unwrap();
+        assert_eq!(p.log_end(), 28);
+        assert_eq!(p.truncate_to(24).await.unwrap(), 24);
+        let check = |p: Rc<Partition>| async move {
+            // pid 9 is at epoch 0 again (its epoch-1 batch was cut), continuing at seq 2.
+            assert!(matches!(
+                p.append(make_batch(1, 1, 9, 0, 5, 100), 0),
+                Err(AppendError::OutOfOrderSequence { .. })
+            ));
+            let dup = p.append(make_batch(2, 1, 9, 0, 0, 100), 0).unwrap();
+            assert!(dup.duplicate && dup.base_offset == 22);
+            // pid 7: the batch with seq 20 was cut; 18 is the last that survived.
+            let dup = p.append(make_batch(2, 1, 7, 0, 18, 100), 0).unwrap();
+            assert!(dup.duplicate && dup.base_offset == 18);
+            // pid 8 untouched.
+            let dup = p.append(make_batch(2, 1, 8, 3, 0, 100), 0).unwrap();
+            assert!(dup.duplicate && dup.base_offset == 20);
+        };
+        check(Rc::clone(&p)).await;
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), small_config())
+            .await
+            .unwrap();
+        check(Rc::clone(&p)).await;
+        let out = p.append(make_batch(2, 1, 7, 0, 20, 100), 0).unwrap();
+        assert_eq!((out.base_offset, out.duplicate), (24, false));
+        let out = p.append(make_batch(1, 1, 9, 1, 0, 100), 0).unwrap();
+        assert_eq!((out.base_offset, out.duplicate), (26, false));
         p.close().await.unwrap();
     });
 }
