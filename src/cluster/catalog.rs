@@ -14,7 +14,6 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-
 #[derive(Debug, Error)]
 pub enum CatalogError {
     #[error("catalog I/O on {path}: {source}")]
@@ -119,6 +118,9 @@ pub struct Catalog {
     /// This broker's node id; set locally, never replicated.
     #[serde(skip)]
     pub local_node: i32,
+    /// This broker's shard count; set locally, never replicated.
+    #[serde(skip)]
+    pub local_shards: u32,
     /// Topic id -> name, derived from `topics` whenever a catalog is published, so Fetch
     /// v13+ (which names topics by id) resolves them without scanning every topic.
     #[serde(skip)]
@@ -164,9 +166,12 @@ impl Catalog {
         }
         load
     }
-    /// The shard of this broker owning `pm`, if this broker holds a replica.
+    /// The shard of this broker owning `pm`, if this broker holds a replica. A shard number
+    /// recorded when the broker ran more shards than it does now wraps around, so every
+    /// replica still has exactly one owner.
     pub fn local_shard(&self, pm: &PartitionMeta) -> Option<u32> {
         pm.shard_of(self.local_node)
+            .map(|s| s % self.local_shards.max(1))
     }
 }
 
@@ -180,9 +185,10 @@ pub struct CatalogStore {
 
 impl CatalogStore {
     /// An empty catalog for node `local_node`, until the metadata log publishes one.
-    pub fn new(local_node: i32) -> Self {
+    pub fn new(local_node: i32, local_shards: u32) -> Self {
         let catalog = Catalog {
             local_node,
+            local_shards,
             ..Catalog::default()
         };
         Self {
@@ -206,7 +212,9 @@ impl CatalogStore {
     /// store's. The caller keeps the derived id index current (`Catalog::apply` does; a
     /// catalog decoded from bytes needs `reindex`).
     pub fn publish(&self, mut catalog: Catalog) {
-        catalog.local_node = self.current.load().local_node;
+        let current = self.current.load();
+        catalog.local_node = current.local_node;
+        catalog.local_shards = current.local_shards;
         self.current.store(Arc::new(catalog));
         self.version.fetch_add(1, Ordering::AcqRel);
     }

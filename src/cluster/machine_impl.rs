@@ -154,7 +154,7 @@ mod tests {
     use crate::cluster::controller::{ControllerConfig, CreatableTopic};
 
     fn machine(dir: &std::path::Path) -> (ControllerMachine, Arc<CatalogStore>) {
-        let store = Arc::new(CatalogStore::new(1));
+        let store = Arc::new(CatalogStore::new(1, 1));
         let controller = Controller::with_seed(ControllerConfig::default(), 7);
         (ControllerMachine::new(controller, store.clone()), store)
     }

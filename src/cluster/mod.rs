@@ -11,5 +11,5 @@ pub mod machine;
 pub mod machine_impl;
 pub mod placement;
 pub mod quorum;
-pub mod records;
 pub mod raft;
+pub mod records;

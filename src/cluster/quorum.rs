@@ -12,7 +12,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::cluster::catalog::CatalogStore;
-use crate::cluster::controller::{Controller, ControllerConfig, ControllerRequest, ControllerResponse};
+use crate::cluster::controller::{
+    Controller, ControllerConfig, ControllerRequest, ControllerResponse,
+};
 use crate::cluster::machine_impl::ControllerMachine;
 use crate::cluster::raft::{MetadataLog, RaftConfig, RaftError};
 use crate::config::Config;

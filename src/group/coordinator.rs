@@ -1047,6 +1047,11 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Forgets every group of `partition`: this broker no longer coordinates it.
+    pub fn unload_partition(&mut self, partition: i32) {
+        self.groups.retain(|_, g| g.partition != partition);
+    }
+
     /// Ends loading a partition: loaded members get a fresh session timeout from `now_ms`
     /// (as Kafka schedules them on load), groups with members are Stable, others Empty.
     pub fn finish_load(&mut self, partition: i32, now_ms: i64) {

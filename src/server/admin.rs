@@ -7,9 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::cluster::catalog::TopicMeta;
-use crate::cluster::controller::{
-    ControllerRequest, ControllerResponse, CreatableTopic, Status,
-};
+use crate::cluster::controller::{ControllerRequest, ControllerResponse, CreatableTopic, Status};
 use crate::config::{log_config_from, TOPIC_CONFIG_KEYS};
 use crate::limits::{TOPIC_NAME_LEN_MAX, TOPIC_PARTITIONS_MAX};
 use crate::protocol::error::ErrorCode;
@@ -154,12 +152,17 @@ pub async fn create_topic(
             configs,
         }));
     }
-    ctx.shared.catalog.load().topic(name).cloned().ok_or_else(|| {
-        AdminError::new(
-            ErrorCode::UnknownTopicOrPartition,
-            format!("topic `{name}` was deleted as it was created"),
-        )
-    })
+    ctx.shared
+        .catalog
+        .load()
+        .topic(name)
+        .cloned()
+        .ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic `{name}` was deleted as it was created"),
+            )
+        })
 }
 
 /// Deletes a topic through the controller; replicas are dropped as brokers apply it.
@@ -171,12 +174,18 @@ pub async fn delete_topic(ctx: &Rc<ShardCtx>, name: &str) -> Result<Arc<TopicMet
             format!("internal topic `{name}` cannot be deleted"),
         ));
     }
-    let meta = ctx.shared.catalog.load().topic(name).cloned().ok_or_else(|| {
-        AdminError::new(
-            ErrorCode::UnknownTopicOrPartition,
-            format!("topic `{name}` does not exist"),
-        )
-    })?;
+    let meta = ctx
+        .shared
+        .catalog
+        .load()
+        .topic(name)
+        .cloned()
+        .ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic `{name}` does not exist"),
+            )
+        })?;
     let req = ControllerRequest::DeleteTopics {
         names: vec![name.to_string()],
     };

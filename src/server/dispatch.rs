@@ -137,7 +137,10 @@ pub async fn dispatch(
         }
         ApiKey::InitProducerId => {
             let req: InitProducerIdRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::init_producer_id::handle(ctx, version, req))
+            respond(
+                &raw,
+                &handlers::init_producer_id::handle(ctx, version, req).await,
+            )
         }
         ApiKey::DescribeConfigs => {
             let req: DescribeConfigsRequest = decode_body(&raw)?;

@@ -49,6 +49,10 @@ const PENDING_REQUESTS_MAX: usize = 100_000;
 /// segment.bytes of `__consumer_offsets` (it is also the preallocated extent per partition).
 const OFFSETS_SEGMENT_BYTES: u64 = 1024 * 1024;
 
+/// How long the coordinator waits for its records to reach the in-sync replicas (Kafka's
+/// offsets.commit.timeout.ms).
+const GROUP_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
+
 /// Bytes read per step while replaying a partition.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
 
@@ -100,7 +104,9 @@ pub struct GroupShard {
     coordinator: RefCell<Coordinator>,
     waiters: RefCell<HashMap<RequestId, oneshot::Sender<GroupReply>>>,
     next_request: Cell<RequestId>,
-    loaded: Cell<bool>,
+    /// `__consumer_offsets` partitions this shard coordinates (it leads them): `false` while
+    /// their groups are still being loaded from the log.
+    led: RefCell<HashMap<i32, bool>>,
 }
 
 impl GroupShard {
@@ -109,7 +115,7 @@ impl GroupShard {
             coordinator: RefCell::new(Coordinator::new(config)),
             waiters: RefCell::new(HashMap::new()),
             next_request: Cell::new(1),
-            loaded: Cell::new(false),
+            led: RefCell::new(HashMap::new()),
         }
     }
 
@@ -127,20 +133,34 @@ impl GroupShard {
     }
 }
 
-/// The shard and partition coordinating `group_id`, from the catalog.
+/// The `__consumer_offsets` partition of `group_id` and its leader (the group's coordinator),
+/// from the catalog.
+pub fn coordinator_node(ctx: &ShardCtx, group_id: &str) -> Option<(i32, i32)> {
+    let catalog = ctx.shared.catalog.load();
+    let topic = catalog.topic(OFFSETS_TOPIC)?;
+    let partition = crate::group::partition_for(group_id, topic.partitions.len() as i32);
+    let pm = topic.partitions.get(usize::try_from(partition).ok()?)?;
+    Some((partition, pm.leader))
+}
+
+/// The shard and partition coordinating `group_id` on this broker; `None` if this broker
+/// does not lead the group's partition (NOT_COORDINATOR: the client looks again).
 pub fn coordinator_for(ctx: &ShardCtx, group_id: &str) -> Option<(usize, i32)> {
     let catalog = ctx.shared.catalog.load();
     let topic = catalog.topic(OFFSETS_TOPIC)?;
     let partition = crate::group::partition_for(group_id, topic.partitions.len() as i32);
-    let shard =
-        catalog.local_shard(topic.partitions.get(usize::try_from(partition).ok()?)?)? as usize;
+    let pm = topic.partitions.get(usize::try_from(partition).ok()?)?;
+    if pm.leader != catalog.local_node {
+        return None;
+    }
+    let shard = catalog.local_shard(pm)? as usize;
     Some((shard, partition))
 }
 
 /// Sends `req` to the coordinator of `group_id`, wherever it lives, and awaits its reply.
 pub async fn call_group(ctx: &Rc<ShardCtx>, group_id: &str, req: GroupRequest) -> GroupReply {
     let Some((shard, partition)) = coordinator_for(ctx, group_id) else {
-        return GroupReply::Error(ErrorCode::CoordinatorNotAvailable);
+        return GroupReply::Error(ErrorCode::NotCoordinator);
     };
     match call(ctx, shard, ShardOp::Group { partition, req }).await {
         ShardReply::Group(r) => r,
@@ -181,8 +201,12 @@ pub fn start(
 
 async fn serve(ctx: &Rc<ShardCtx>, partition: i32, req: GroupRequest) -> GroupReply {
     let gs = &ctx.groups;
-    if !gs.loaded.get() {
-        return GroupReply::Error(ErrorCode::CoordinatorLoadInProgress);
+    if partition >= 0 {
+        match gs.led.borrow().get(&partition) {
+            None => return GroupReply::Error(ErrorCode::NotCoordinator),
+            Some(false) => return GroupReply::Error(ErrorCode::CoordinatorLoadInProgress),
+            Some(true) => {}
+        }
     }
     let now = now_ms();
     let mut out = Vec::new();
@@ -382,14 +406,20 @@ fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<D
     match p.append(batch, now) {
         Ok(o) => {
             let last = o.last_offset;
+            let tp = super::ops::TopicPartition {
+                topic: OFFSETS_TOPIC.to_string(),
+                partition,
+            };
+            super::replica::on_local_append(ctx, &tp);
             Some(Box::pin(async move {
-                match p.wait_durable(last).await {
-                    Ok(()) => true,
-                    Err(e) => {
-                        warn!(partition, "group records not durable: {e}");
-                        false
-                    }
+                if let Err(e) = p.wait_durable(last).await {
+                    warn!(partition, "group records not durable: {e}");
+                    return false;
                 }
+                // Committed means on every in-sync replica, as Kafka's acks=-1 appends of
+                // the coordinator: a new coordinator must find what this one acknowledged.
+                let deadline = std::time::Instant::now() + GROUP_COMMIT_TIMEOUT;
+                super::replica::wait_committed(&p, last, deadline).await
             }))
         }
         Err(e) => {
@@ -430,53 +460,109 @@ fn encode_batch(records: &[LogRecord], now: i64) -> Result<BytesMut, String> {
     Ok(buf)
 }
 
-/// Replays every `__consumer_offsets` partition this shard owns into the coordinator, then
-/// opens it for requests. A record that does not decode is skipped with a warning: one bad
-/// record must not make every group of the partition unavailable.
-pub async fn load(ctx: &Rc<ShardCtx>) {
+/// Kafka's offsets.topic.replication.factor: `__consumer_offsets` gets this many replicas,
+/// or as many brokers as are registered when it is created, if fewer.
+const OFFSETS_TOPIC_REPLICATION_FACTOR: usize = 3;
+
+/// Creates `__consumer_offsets` through the controller if it does not exist yet (as Kafka
+/// does on the first FindCoordinator).
+pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
     let catalog = ctx.shared.catalog.load();
-    let Some(topic) = catalog.topic(OFFSETS_TOPIC) else {
-        ctx.groups.loaded.set(true);
-        return;
+    if catalog.topic(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    let live = catalog.brokers.values().filter(|b| !b.fenced).count();
+    let rf = live.clamp(1, OFFSETS_TOPIC_REPLICATION_FACTOR) as i16;
+    let mut configs = std::collections::BTreeMap::new();
+    // Kafka makes this topic compacted. Storage has no compaction yet, so instead the log
+    // keeps every record forever (time retention would drop live offsets) and replay takes
+    // the last write per key.
+    configs.insert("retention.ms".to_string(), "-1".to_string());
+    // Small segments: group records are small, and every partition preallocates one
+    // segment's extent at start.
+    configs.insert(
+        "segment.bytes".to_string(),
+        OFFSETS_SEGMENT_BYTES.to_string(),
+    );
+    let req = crate::cluster::controller::ControllerRequest::CreateTopics {
+        topics: vec![crate::cluster::controller::CreatableTopic {
+            name: OFFSETS_TOPIC.to_string(),
+            num_partitions: ctx.shared.config.offsets_topic_num_partitions,
+            replication_factor: rf,
+            assignments: None,
+            configs,
+        }],
+        validate_only: false,
     };
-    let mine: Vec<i32> = topic
-        .partitions
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| catalog.local_shard(p) == Some(ctx.id as u32))
-        .map(|(i, _)| i as i32)
-        .collect();
-    let mut total = 0usize;
-    for partition in mine {
-        let p = match ctx.partition(OFFSETS_TOPIC, partition).await {
-            Ok(Some(p)) => p,
-            Ok(None) => continue,
-            Err(e) => {
-                warn!(partition, "cannot open __consumer_offsets: {e}");
-                continue;
+    match ctx.shared.quorum.request(req).await {
+        Ok(crate::cluster::controller::ControllerResponse::CreateTopics { topics }) => {
+            let code = topics.first().map(|t| t.status.error_code).unwrap_or(0);
+            if code == 0 || code == ErrorCode::TopicAlreadyExists.code() {
+                Ok(())
+            } else {
+                Err(ErrorCode::CoordinatorNotAvailable)
             }
+        }
+        _ => Err(ErrorCode::CoordinatorNotAvailable),
+    }
+}
+
+/// This broker now leads `__consumer_offsets`-`partition`: replay its groups into the
+/// coordinator (answering COORDINATOR_LOAD_IN_PROGRESS meanwhile), then serve them. A record
+/// that does not decode is skipped with a warning: one bad record must not make every group
+/// of the partition unavailable.
+pub fn become_coordinator(ctx: &Rc<ShardCtx>, partition: i32) {
+    if ctx.groups.led.borrow().contains_key(&partition) {
+        return;
+    }
+    ctx.groups.led.borrow_mut().insert(partition, false);
+    let ctx = ctx.clone();
+    glommio::spawn_local(async move {
+        let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
+            ctx.groups.led.borrow_mut().remove(&partition);
+            return;
         };
-        total += load_partition(ctx, partition, &p).await;
+        let records = load_partition(&ctx, partition, &p).await;
+        // Leadership may have moved on while we read.
+        if !ctx.groups.led.borrow().contains_key(&partition) {
+            ctx.groups
+                .coordinator
+                .borrow_mut()
+                .unload_partition(partition);
+            return;
+        }
         ctx.groups
             .coordinator
             .borrow_mut()
             .finish_load(partition, now_ms());
+        ctx.groups.led.borrow_mut().insert(partition, true);
+        if records > 0 {
+            info!(
+                shard = ctx.id,
+                partition, records, "group coordinator loaded"
+            );
+        }
+    })
+    .detach();
+}
+
+/// This broker no longer leads `__consumer_offsets`-`partition`: forget its groups (the
+/// new leader loads them from the log).
+pub fn resign(ctx: &Rc<ShardCtx>, partition: i32) {
+    if ctx.groups.led.borrow_mut().remove(&partition).is_some() {
+        ctx.groups
+            .coordinator
+            .borrow_mut()
+            .unload_partition(partition);
+        info!(shard = ctx.id, partition, "no longer coordinating");
     }
-    let groups = ctx.groups.coordinator.borrow().group_count();
-    if total > 0 {
-        info!(
-            shard = ctx.id,
-            records = total,
-            groups,
-            "group coordinator loaded"
-        );
-    }
-    ctx.groups.loaded.set(true);
 }
 
 async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -> usize {
     let mut offset = p.log_start_offset();
-    let end = p.high_watermark();
+    // To the log end, as Kafka does: a new leader never truncates its own log, so records
+    // past the high watermark become committed once the followers catch up.
+    let end = p.log_end();
     let mut count = 0;
     while offset < end {
         let read = match p.read(offset, LOAD_READ_BYTES).await {
@@ -535,9 +621,6 @@ pub async fn ticker(ctx: Rc<ShardCtx>) {
         if ctx.shutting_down.get() {
             return;
         }
-        if !ctx.groups.loaded.get() {
-            continue;
-        }
         let mut out = Vec::new();
         ctx.groups.coordinator.borrow_mut().tick(now_ms(), &mut out);
         // Timer-driven records (group metadata, expired offsets) need no answer; their
@@ -546,53 +629,4 @@ pub async fn ticker(ctx: Rc<ShardCtx>) {
             glommio::spawn_local(w).detach();
         }
     }
-}
-
-/// Creates `__consumer_offsets` in the catalog before the shards start, if it is missing, so
-/// every shard opens (and replays) its partitions like any other topic's.
-pub fn ensure_offsets_topic(
-    catalog: &crate::cluster::catalog::CatalogStore,
-    partitions: i32,
-    nr_shards: usize,
-) -> Result<(), crate::cluster::catalog::CatalogError> {
-    if catalog.load().topic(OFFSETS_TOPIC).is_some() {
-        return Ok(());
-    }
-    catalog
-        .update(|c| {
-            if c.topics.contains_key(OFFSETS_TOPIC) {
-                return Ok::<(), ()>(());
-            }
-            let mut load = c.shard_load(nr_shards);
-            let shards = crate::cluster::placement::place(&mut load, partitions as usize);
-            let mut configs = std::collections::BTreeMap::new();
-            // Kafka makes this topic compacted. Storage has no compaction yet, so instead the
-            // log keeps every record forever (time retention would drop live offsets) and
-            // replay takes the last write per key.
-            configs.insert("retention.ms".to_string(), "-1".to_string());
-            // Small segments: group records are small, and every partition preallocates
-            // one segment's extent at start (50 partitions x the 1 GiB default would
-            // reserve far too much disk for a topic most brokers barely use).
-            configs.insert(
-                "segment.bytes".to_string(),
-                OFFSETS_SEGMENT_BYTES.to_string(),
-            );
-            c.topics.insert(
-                OFFSETS_TOPIC.to_string(),
-                std::sync::Arc::new(crate::cluster::catalog::TopicMeta {
-                    name: OFFSETS_TOPIC.to_string(),
-                    id: uuid::Uuid::new_v4().as_u128(),
-                    partitions: shards
-                        .into_iter()
-                        .map(|shard| {
-                            crate::cluster::catalog::PartitionMeta::single(c.local_node, shard)
-                        })
-                        .collect(),
-                    configs,
-                }),
-            );
-            Ok(())
-        })?
-        .ok();
-    Ok(())
 }

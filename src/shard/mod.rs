@@ -11,6 +11,7 @@ pub mod mesh;
 pub mod notify;
 pub mod ops;
 pub mod peer;
+pub mod replica;
 pub mod runtime;
 
 use std::cell::{Cell, RefCell};
@@ -87,6 +88,8 @@ pub struct ShardCtx {
     pub connections_changed: notify::Notify,
     /// The consumer-group coordinator for the `__consumer_offsets` partitions placed here.
     pub groups: groups::GroupShard,
+    /// Leader and follower state of this shard's replicas, and its replica fetchers.
+    pub replicas: replica::Replicas,
 }
 
 impl ShardCtx {
@@ -102,6 +105,7 @@ impl ShardCtx {
             connections: Cell::new(0),
             connections_changed: notify::Notify::default(),
             groups: groups::GroupShard::new(shared.config.group_config()),
+            replicas: replica::Replicas::default(),
         }
     }
 
@@ -155,7 +159,8 @@ impl ShardCtx {
             return Ok(p);
         }
         let dir = self.shared.partition_dir(topic, partition);
-        let p = Partition::open(dir, config).await?;
+        // Every log is a replica: the replication layer (`replica`) moves its high watermark.
+        let p = Partition::open_replicated(dir, config).await?;
         self.partitions
             .borrow_mut()
             .entry(topic.to_string())
@@ -194,6 +199,16 @@ impl ShardCtx {
             .map(|m| m.iter().map(|(i, p)| (*i, p.clone())).collect())
             .unwrap_or_default()
     }
+}
+
+/// Milliseconds of a monotonic clock, for replication timers (lag, timeouts): wall-clock
+/// jumps must not shrink an ISR.
+pub fn mono_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// Milliseconds since the Unix epoch, the timestamp unit of Kafka.

@@ -11,6 +11,7 @@ use tracing::{error, info, warn};
 use super::mesh::{self, Builder, Mesh};
 use super::{now_ms, ShardCtx, Shared};
 use crate::cluster::catalog::CatalogStore;
+use crate::cluster::quorum::Quorum;
 use crate::config::Config;
 use crate::limits::{MESH_CHANNEL_CAPACITY, SHUTDOWN_DRAIN_MS_MAX};
 
@@ -22,7 +23,7 @@ pub enum StartError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Catalog(#[from] crate::cluster::catalog::CatalogError),
+    Cluster(#[from] crate::cluster::quorum::QuorumError),
     #[error("cannot start shard {shard}: {message}")]
     Executor { shard: usize, message: String },
 }
@@ -31,6 +32,8 @@ pub enum StartError {
 pub struct Broker {
     handles: Vec<glommio::ExecutorJoinHandle<()>>,
     stops: Vec<flume::Sender<()>>,
+    quorum: Arc<Quorum>,
+    heartbeat: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Broker {
@@ -41,13 +44,22 @@ impl Broker {
         }
     }
 
-    /// Waits for every shard to finish.
+    /// Waits for every shard to finish, then stops heartbeating and the metadata log.
     pub fn join(self) {
         for h in self.handles {
             if let Err(e) = h.join() {
                 error!("shard ended abnormally: {e}");
             }
         }
+        self.quorum.stop();
+        if let Some(h) = self.heartbeat {
+            let _ = h.join();
+        }
+    }
+
+    /// A dedicated controller has no shards; it runs until stopped.
+    pub fn is_controller_only(&self) -> bool {
+        self.handles.is_empty()
     }
 }
 
@@ -67,13 +79,36 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let catalog = CatalogStore::open(&config.data_dir.join("strata.meta"), config.node_id)?;
-    reassign_orphans(&catalog, nr_shards)?;
-    super::groups::ensure_offsets_topic(&catalog, config.offsets_topic_num_partitions, nr_shards)?;
+    let roles = config.roles().map_err(|message| {
+        StartError::Cluster(crate::cluster::quorum::QuorumError::Config(message))
+    })?;
+    let catalog = Arc::new(CatalogStore::new(config.node_id, nr_shards as u32));
+    // The metadata log first: a broker serves nothing until its metadata image has caught
+    // up with the quorum (a restarted leader must not act on a stale image).
+    let quorum = Quorum::start(&config, catalog.clone())?;
+    if !roles.broker {
+        info!(node_id = config.node_id, "dedicated controller is running");
+        return Ok(Broker {
+            handles: Vec::new(),
+            stops: Vec::new(),
+            quorum,
+            heartbeat: None,
+        });
+    }
+    let (host, port) = config.advertised();
+    let rack = (!config.rack.is_empty()).then(|| config.rack.clone());
+    let heartbeat = quorum.register_and_heartbeat(
+        host,
+        port,
+        rack,
+        nr_shards as u32,
+        Duration::from_millis(config.broker_heartbeat_interval_ms.max(1)),
+    )?;
     let shared = Arc::new(Shared {
         config,
         nr_shards,
         catalog,
+        quorum: quorum.clone(),
     });
     let builder: Builder =
         glommio::channels::channel_mesh::MeshBuilder::full(nr_shards, MESH_CHANNEL_CAPACITY);
@@ -98,7 +133,12 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         handles.push(handle);
     }
     drop(ready_tx);
-    let broker = Broker { handles, stops };
+    let broker = Broker {
+        handles,
+        stops,
+        quorum,
+        heartbeat: Some(heartbeat),
+    };
     for _ in 0..nr_shards {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
@@ -120,51 +160,6 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
     Ok(broker)
 }
 
-/// Partitions whose recorded shard no longer exists (the broker restarted with fewer
-/// shards) are placed again, explicitly, and the new placement is recorded.
-fn reassign_orphans(catalog: &CatalogStore, nr_shards: usize) -> Result<(), StartError> {
-    let local = catalog.load().local_node;
-    let needs = catalog.load().topics.values().any(|t| {
-        t.partitions
-            .iter()
-            .any(|p| p.shard_of(local).is_some_and(|s| s as usize >= nr_shards))
-    });
-    if !needs {
-        return Ok(());
-    }
-    catalog
-        .update(|c| {
-            let mut load = c.shard_load(nr_shards);
-            let names: Vec<String> = c.topics.keys().cloned().collect();
-            for name in names {
-                let Some(t) = c.topics.get(&name) else {
-                    continue;
-                };
-                let mut t = (**t).clone();
-                for p in t.partitions.iter_mut() {
-                    let Some(i) = p.replicas.iter().position(|r| *r == local) else {
-                        continue;
-                    };
-                    let Some(old) = p.shards.get_mut(i) else {
-                        continue;
-                    };
-                    if *old as usize >= nr_shards {
-                        if let Some(s) = crate::cluster::placement::place(&mut load, 1).first() {
-                            warn!(
-                                "partition of {name} moves from missing shard {old} to shard {s}"
-                            );
-                            *old = *s;
-                        }
-                    }
-                }
-                c.topics.insert(name, Arc::new(t));
-            }
-            Ok::<(), ()>(())
-        })?
-        .ok();
-    Ok(())
-}
-
 async fn shard_main(
     shard: usize,
     shared: Arc<Shared>,
@@ -182,26 +177,9 @@ async fn shard_main(
     let ctx = Rc::new(ShardCtx::new(shard, shared.clone(), mesh));
     mesh::spawn_receivers(&ctx);
 
-    // Recover every partition placed on this shard before accepting connections.
-    let catalog = shared.catalog.load();
-    for topic in catalog.topics.values() {
-        let config = shared.topic_log_config(&topic.configs);
-        for (i, p) in topic.partitions.iter().enumerate() {
-            if catalog.local_shard(p) != Some(shard as u32) {
-                continue;
-            }
-            if let Err(e) = ctx
-                .open_partition(&topic.name, i as i32, config.clone())
-                .await
-            {
-                let _ = ready_tx.send(Err(format!("cannot recover {}-{i}: {e}", topic.name)));
-                return;
-            }
-        }
-    }
-
-    // Committed offsets and group metadata are rebuilt before this shard serves groups.
-    super::groups::load(&ctx).await;
+    // Open (recovering) every replica placed on this shard and take the roles the metadata
+    // gives it before accepting connections.
+    super::replica::apply_metadata(&ctx).await;
 
     let listener = match glommio::net::TcpListener::bind(shared.config.listen.as_str()) {
         Ok(l) => l,
@@ -218,6 +196,7 @@ async fn shard_main(
 
     let retention = glommio::spawn_local(retention_loop(ctx.clone())).detach();
     let group_ticker = glommio::spawn_local(super::groups::ticker(ctx.clone())).detach();
+    let metadata = glommio::spawn_local(super::replica::metadata_loop(ctx.clone())).detach();
     let acceptor = glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener)).detach();
 
     // Wait for the stop signal from the main thread.
@@ -234,6 +213,7 @@ async fn shard_main(
     }
     retention.cancel();
     group_ticker.cancel();
+    metadata.cancel();
     for (topic, i, p) in ctx.all_partitions() {
         if let Err(e) = p.close().await {
             error!("closing {topic}-{i}: {e}");

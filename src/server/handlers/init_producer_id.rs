@@ -7,7 +7,7 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use crate::protocol::error::ErrorCode;
 use crate::shard::ShardCtx;
 
-pub fn handle(
+pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
     req: InitProducerIdRequest,
