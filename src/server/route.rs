@@ -33,11 +33,18 @@ pub async fn offsets(
                     .ok()
                     .and_then(|i| m.partitions.get(i))
             })
-            .and_then(|p| catalog.local_shard(p))
-            .map(|s| (s as usize).min(nr.saturating_sub(1)));
+            .map(|p| {
+                // Offsets are the leader's to answer (followers' logs may lag).
+                match catalog.local_shard(p) {
+                    Some(s) if p.leader == catalog.local_node => Ok(s as usize),
+                    _ => Err(ErrorCode::NotLeaderOrFollower),
+                }
+            })
+            .map(|r| r.map(|s| s.min(nr.saturating_sub(1))));
         slots.push(match shard {
             None => Err(ErrorCode::UnknownTopicOrPartition),
-            Some(s) => {
+            Some(Err(e)) => Err(e),
+            Some(Ok(s)) => {
                 per_shard[s].push((TopicPartition { topic, partition }, arg));
                 Ok((s, per_shard[s].len() - 1))
             }

@@ -22,7 +22,15 @@ pub struct FetchPart {
     pub tp: TopicPartition,
     pub offset: i64,
     pub max_bytes: usize,
+    /// Kafka's replica id: a follower's node id (>= 0), -1 for consumers, -2 for a
+    /// debugging consumer that may read any replica.
+    pub replica_id: i32,
+    /// The leader epoch the fetcher believes current, or -1 (no check).
+    pub current_leader_epoch: i32,
 }
+
+/// Kafka's replica id of a debugging consumer, which may read from followers.
+pub const DEBUGGING_REPLICA_ID: i32 = -2;
 
 pub enum ShardOp {
     Produce {
@@ -33,10 +41,12 @@ pub enum ShardOp {
     Fetch {
         parts: Vec<FetchPart>,
     },
-    /// Resolves when any of the partitions has data past the given offset, or on timeout.
+    /// Resolves when any of the partitions has data past the given offset, or on timeout:
+    /// committed data (past the high watermark) for consumers, any for followers.
     WaitForData {
         parts: Vec<(TopicPartition, i64)>,
         timeout: Duration,
+        follower: bool,
     },
     ListOffsets {
         parts: Vec<(TopicPartition, i64)>,
@@ -163,13 +173,22 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
             }
             ShardReply::Fetch(out)
         }),
-        ShardOp::WaitForData { parts, timeout } => Box::pin(async move {
+        ShardOp::WaitForData {
+            parts,
+            timeout,
+            follower,
+        } => Box::pin(async move {
             let mut waits = Vec::new();
+            let deadline = Instant::now() + timeout;
             for (tp, offset) in parts {
                 if let Ok(Some(p)) = ctx.partition(&tp.topic, tp.partition).await {
-                    waits.push(Box::pin(
-                        async move { p.wait_for_data(offset, timeout).await },
-                    ));
+                    waits.push(Box::pin(async move {
+                        if follower {
+                            p.wait_for_log_end_beyond(offset - 1, deadline).await;
+                        } else {
+                            p.wait_for_hw_beyond(offset - 1, deadline).await;
+                        }
+                    }));
                 }
             }
             if waits.is_empty() {
@@ -258,14 +277,9 @@ fn start_produce(
     parts: Vec<(TopicPartition, Option<Bytes>)>,
 ) -> LocalBoxFuture<'static, ShardReply> {
     let now = now_ms();
-    let staged: Vec<Staged> = parts
+    let staged: Vec<(TopicPartition, Staged)> = parts
         .into_iter()
-        .map(
-            |(tp, records)| match ctx.local_partition(&tp.topic, tp.partition) {
-                Some(p) => append_all(p, records.as_ref(), now),
-                None => Staged::NotOpen(tp, records),
-            },
-        )
+        .map(|(tp, records)| (tp.clone(), stage(&ctx, acks, tp, records, now)))
         .collect();
     Box::pin(async move {
         let deadline = Instant::now()
@@ -273,24 +287,26 @@ fn start_produce(
                 timeout_ms.clamp(0, crate::limits::PRODUCE_TIMEOUT_MS_MAX) as u64
             );
         let mut out = Vec::with_capacity(staged.len());
-        for s in staged {
+        for (tp, s) in staged {
             let s = match s {
                 Staged::NotOpen(tp, records) => {
-                    match ctx.partition(&tp.topic, tp.partition).await {
-                        Ok(Some(p)) => append_all(p, records.as_ref(), now_ms()),
-                        Ok(None) => Staged::Failed(ProduceResult::error(
-                            ErrorCode::UnknownTopicOrPartition,
-                            None,
-                        )),
-                        Err(e) => Staged::Failed(ProduceResult::error(
-                            from_storage(&e),
-                            Some(e.to_string()),
-                        )),
+                    // The metadata naming us leader may be newer than this shard's image.
+                    super::replica::apply_metadata(&ctx).await;
+                    match ctx.replicas.check_leader(&tp) {
+                        super::replica::LeaderCheck::Unknown => Staged::Failed(
+                            ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None),
+                        ),
+                        _ => stage(&ctx, acks, tp, records, now_ms()),
                     }
                 }
                 other => other,
             };
-            out.push(finish_waiting(s, deadline).await);
+            let waited = matches!(s, Staged::Waiting(_));
+            let s = finish_waiting(s, deadline).await;
+            if waited {
+                super::replica::on_local_append(&ctx, &tp);
+            }
+            out.push(s);
         }
         let mut results = Vec::with_capacity(out.len());
         for s in out {
@@ -313,7 +329,17 @@ fn start_produce(
                     })
                     .await;
                     results.push(match outcome {
-                        Some(Ok(())) => result,
+                        // Durable here; acknowledged once every in-sync replica has it too
+                        // (the high watermark passed it).
+                        Some(Ok(())) => {
+                            if super::replica::wait_committed(&partition, last_offset, deadline)
+                                .await
+                            {
+                                result
+                            } else {
+                                ProduceResult::error(ErrorCode::RequestTimedOut, None)
+                            }
+                        }
                         Some(Err(e)) => ProduceResult::error(from_storage(&e), Some(e.to_string())),
                         None => ProduceResult::error(ErrorCode::RequestTimedOut, None),
                     });
@@ -327,6 +353,38 @@ fn start_produce(
         }
         ShardReply::Produce(results)
     })
+}
+
+/// Checks this broker leads `tp` (and, for acks=all, that the ISR is large enough), then
+/// appends its records and counts them towards the high watermark.
+fn stage(
+    ctx: &Rc<ShardCtx>,
+    acks: i16,
+    tp: TopicPartition,
+    records: Option<Bytes>,
+    now: i64,
+) -> Staged {
+    use super::replica::LeaderCheck;
+    let Some(p) = ctx.local_partition(&tp.topic, tp.partition) else {
+        return Staged::NotOpen(tp, records);
+    };
+    match ctx.replicas.check_leader(&tp) {
+        LeaderCheck::Leader => {}
+        LeaderCheck::NotLeader => {
+            return Staged::Failed(ProduceResult::error(ErrorCode::NotLeaderOrFollower, None))
+        }
+        LeaderCheck::Unknown => return Staged::NotOpen(tp, records),
+    }
+    // Kafka refuses before appending, so a refused write is never half-replicated.
+    if acks == -1 && !ctx.replicas.acks_all_allowed(&tp) {
+        return Staged::Failed(ProduceResult::error(
+            ErrorCode::NotEnoughReplicas,
+            Some("the in-sync replicas are fewer than min.insync.replicas".into()),
+        ));
+    }
+    let staged = append_all(p, records.as_ref(), now);
+    super::replica::on_local_append(ctx, &tp);
+    staged
 }
 
 /// Validates every batch of one partition's records, then appends them in order.
@@ -474,7 +532,28 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
         Ok(p) => p,
         Err(e) => return FetchResult::error(e),
     };
-    match p.read(part.offset, part.max_bytes).await {
+    let read = if part.replica_id >= 0 {
+        // A follower: its fetch offset is its (durable) log end, which may move our high
+        // watermark; it reads everything we have, committed or not.
+        match super::replica::on_follower_fetch(
+            ctx,
+            &part.tp,
+            part.replica_id,
+            part.offset,
+            part.current_leader_epoch,
+        ) {
+            Ok(_) => p.read_bounded(part.offset, part.max_bytes, p.log_end()).await,
+            Err(e) => return FetchResult::error(e),
+        }
+    } else {
+        if part.replica_id != DEBUGGING_REPLICA_ID {
+            if let Err(e) = check_leader_epoch(ctx, &part.tp, part.current_leader_epoch) {
+                return FetchResult::error(e);
+            }
+        }
+        p.read(part.offset, part.max_bytes).await
+    };
+    match read {
         Ok(r) => FetchResult {
             error: None,
             high_watermark: r.high_watermark,
@@ -493,6 +572,25 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
             chunks: Vec::new(),
         },
     }
+}
+
+/// A client request for `tp` is served by its leader, in the leader epoch the client names
+/// (KIP-320): an older one is fenced, a newer one means our metadata lags.
+pub fn check_leader_epoch(
+    ctx: &Rc<ShardCtx>,
+    tp: &TopicPartition,
+    current_leader_epoch: i32,
+) -> Result<(), ErrorCode> {
+    let Some(ours) = ctx.replicas.leader_epoch(tp) else {
+        return Err(ErrorCode::NotLeaderOrFollower);
+    };
+    if current_leader_epoch >= 0 && current_leader_epoch < ours {
+        return Err(ErrorCode::FencedLeaderEpoch);
+    }
+    if current_leader_epoch > ours {
+        return Err(ErrorCode::UnknownLeaderEpoch);
+    }
+    Ok(())
 }
 
 /// Kafka's special ListOffsets timestamps.

@@ -18,7 +18,9 @@ use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::protocol::error::ErrorCode;
 use crate::server::dispatch::PendingResponse;
 use crate::shard::mesh::begin;
-use crate::shard::ops::{FetchPart, FetchResult, ShardOp, ShardReply, TopicPartition};
+use crate::shard::ops::{
+    FetchPart, FetchResult, ShardOp, ShardReply, TopicPartition, DEBUGGING_REPLICA_ID,
+};
 use crate::shard::ShardCtx;
 
 /// One requested partition, resolved.
@@ -27,6 +29,7 @@ struct Wanted {
     target: Result<(usize, TopicPartition), ErrorCode>,
     offset: i64,
     max_bytes: usize,
+    current_leader_epoch: i32,
 }
 
 struct WantedTopic {
@@ -42,7 +45,13 @@ pub fn handle(
     req: FetchRequest,
 ) -> PendingResponse {
     async move {
-        let topics = resolve(&ctx, version, &req);
+        // Followers name themselves (v15+ in replica_state); consumers send -1.
+        let replica_id = if version >= 15 {
+            req.replica_state.replica_id.0
+        } else {
+            req.replica_id.0
+        };
+        let topics = resolve(&ctx, version, &req, replica_id);
         let wait = Duration::from_millis(req.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
         let deadline = Instant::now() + wait;
         let min_bytes = req.min_bytes.max(0) as usize;
@@ -52,7 +61,7 @@ pub fn handle(
             usize::MAX
         }
         .min(FETCH_RESPONSE_BYTES_MAX);
-        let mut results = read_all(&ctx, &topics).await;
+        let mut results = read_all(&ctx, &topics, replica_id).await;
         loop {
             let total: usize = results.iter().flatten().map(|r| r.bytes()).sum();
             let failed = results.iter().flatten().any(|r| r.error.is_some());
@@ -60,15 +69,20 @@ pub fn handle(
             if total >= min_bytes.max(1) || failed || now >= deadline {
                 break;
             }
-            wait_for_data(&ctx, &topics, deadline - now).await;
-            results = read_all(&ctx, &topics).await;
+            wait_for_data(&ctx, &topics, deadline - now, replica_id >= 0).await;
+            results = read_all(&ctx, &topics, replica_id).await;
         }
         Some(encode(version, correlation_id, &topics, results, max_bytes))
     }
     .boxed_local()
 }
 
-fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest) -> Vec<WantedTopic> {
+fn resolve(
+    ctx: &ShardCtx,
+    version: i16,
+    req: &FetchRequest,
+    replica_id: i32,
+) -> Vec<WantedTopic> {
     let catalog = ctx.shared.catalog.load();
     let nr_shards = ctx.shared.nr_shards;
     req.topics
@@ -98,7 +112,13 @@ fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest) -> Vec<WantedTopic>
                             .and_then(|i| m.partitions.get(i))
                         {
                             None => Err(ErrorCode::UnknownTopicOrPartition),
-                            Some(pm) if catalog.local_shard(pm).is_none() => {
+                            // Only the leader serves fetches (a debugging consumer may read
+                            // any replica).
+                            Some(pm)
+                                if catalog.local_shard(pm).is_none()
+                                    || (pm.leader != catalog.local_node
+                                        && replica_id != DEBUGGING_REPLICA_ID) =>
+                            {
                                 Err(ErrorCode::NotLeaderOrFollower)
                             }
                             Some(pm) => Ok((
@@ -116,6 +136,11 @@ fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest) -> Vec<WantedTopic>
                         target,
                         offset: p.fetch_offset,
                         max_bytes: p.partition_max_bytes.max(0) as usize,
+                        current_leader_epoch: if version >= 9 {
+                            p.current_leader_epoch
+                        } else {
+                            -1
+                        },
                     }
                 })
                 .collect();
@@ -129,7 +154,11 @@ fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest) -> Vec<WantedTopic>
 }
 
 /// Reads every resolved partition; returns results shaped like `topics`.
-async fn read_all(ctx: &Rc<ShardCtx>, topics: &[WantedTopic]) -> Vec<Vec<FetchResult>> {
+async fn read_all(
+    ctx: &Rc<ShardCtx>,
+    topics: &[WantedTopic],
+    replica_id: i32,
+) -> Vec<Vec<FetchResult>> {
     let nr = ctx.shared.nr_shards;
     let mut per_shard: Vec<Vec<FetchPart>> = (0..nr).map(|_| Vec::new()).collect();
     let mut slots: Vec<Vec<Result<(usize, usize), ErrorCode>>> = Vec::with_capacity(topics.len());
@@ -144,6 +173,8 @@ async fn read_all(ctx: &Rc<ShardCtx>, topics: &[WantedTopic]) -> Vec<Vec<FetchRe
                         tp: tp.clone(),
                         offset: w.offset,
                         max_bytes: w.max_bytes,
+                        replica_id,
+                        current_leader_epoch: w.current_leader_epoch,
                     });
                     Ok((*shard, list.len() - 1))
                 }
@@ -187,7 +218,12 @@ async fn read_all(ctx: &Rc<ShardCtx>, topics: &[WantedTopic]) -> Vec<Vec<FetchRe
 }
 
 /// Waits until any partition has data past its fetch offset, or `timeout`.
-async fn wait_for_data(ctx: &Rc<ShardCtx>, topics: &[WantedTopic], timeout: Duration) {
+async fn wait_for_data(
+    ctx: &Rc<ShardCtx>,
+    topics: &[WantedTopic],
+    timeout: Duration,
+    follower: bool,
+) {
     let nr = ctx.shared.nr_shards;
     let mut per_shard: Vec<Vec<(TopicPartition, i64)>> = (0..nr).map(|_| Vec::new()).collect();
     for t in topics {
@@ -200,7 +236,11 @@ async fn wait_for_data(ctx: &Rc<ShardCtx>, topics: &[WantedTopic], timeout: Dura
     let mut waits = Vec::new();
     for (shard, parts) in per_shard.into_iter().enumerate() {
         if !parts.is_empty() {
-            let started = begin(ctx, shard, ShardOp::WaitForData { parts, timeout }).await;
+            let started = begin(ctx, shard, ShardOp::WaitForData {
+                    parts,
+                    timeout,
+                    follower,
+                }).await;
             waits.push(started.finish().boxed_local());
         }
     }

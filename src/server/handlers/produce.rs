@@ -54,7 +54,9 @@ pub async fn handle(
                         .and_then(|i| m.partitions.get(i))
                 }) {
                     None => Source::Error(ErrorCode::UnknownTopicOrPartition),
-                    Some(pm) if catalog.local_shard(pm).is_none() => {
+                    Some(pm)
+                        if pm.leader != catalog.local_node || catalog.local_shard(pm).is_none() =>
+                    {
                         Source::Error(ErrorCode::NotLeaderOrFollower)
                     }
                     Some(pm) => {
