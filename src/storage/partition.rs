@@ -278,11 +278,22 @@ enum Step {
     Wait { until: Option<Instant> },
 }
 
-/// Ends a truncation (also if its future is dropped): appends and the flusher resume.
-struct TruncatingGuard<'a>(&'a Partition);
+/// Ends a truncation: appends and the flusher resume. If the truncation's future is dropped
+/// between its first and last file operation (`in_flight`), the files no longer match the
+/// in-memory log, so the partition is poisoned; a reopen recovers the files consistently.
+struct TruncatingGuard<'a>(&'a Partition, Cell<bool>);
+
+impl TruncatingGuard<'_> {
+    fn set_in_flight(&self, in_flight: bool) {
+        self.1.set(in_flight);
+    }
+}
 
 impl Drop for TruncatingGuard<'_> {
     fn drop(&mut self) {
+        if self.1.get() {
+            self.0.fail(Error::Closed);
+        }
         self.0.inner.borrow_mut().truncating = false;
         self.0.flush_wakeup.notify_all();
         self.0.progress.notify_all();
@@ -1150,6 +1161,8 @@ impl Partition {
                 return Ok(inner.log_start);
             }
             inner.log_start = target;
+            inner.epoch_cache.truncate_from_start(target);
+            inner.epoch_version += 1;
             inner.producers.evict_below(target);
             inner.cache.evict_below(target);
             let doomed = inner.take_segments_below(target);
@@ -1206,6 +1219,8 @@ impl Partition {
                 "retention must not pass the high watermark"
             );
             inner.log_start = new_start;
+            inner.epoch_cache.truncate_from_start(new_start);
+            inner.epoch_version += 1;
             inner.producers.evict_below(new_start);
             inner.cache.evict_below(new_start);
             let doomed = inner.take_segments_below(new_start);
@@ -1219,6 +1234,9 @@ impl Partition {
     /// log start, which recovery deletes, never a log start below missing data.
     async fn persist_and_remove(&self, log_start: i64, doomed: Vec<i64>) -> Result<(), Error> {
         state_file::write_log_start(&self.dir, log_start).await?;
+        // The epoch cache lost the epochs wholly below the new log start (Kafka's
+        // truncateFromStart); a lagging file is harmless, recovery cuts nothing below.
+        self.persist_epochs_if_dirty().await?;
         for base in doomed {
             remove_segment_files(&self.dir, base).await?;
         }
@@ -1372,7 +1390,7 @@ impl Partition {
             inner.check_open()?;
             inner.truncating = true;
         }
-        let guard = TruncatingGuard(self);
+        let guard = TruncatingGuard(self, Cell::new(false));
         self.flush_wakeup.notify_all();
         loop {
             let listener = self.progress.listen();
@@ -1426,8 +1444,11 @@ impl Partition {
                 return Ok(offset);
             }
         }
-        let _guard = self.quiesce().await?;
-        match self.truncate_quiesced(offset).await {
+        let guard = self.quiesce().await?;
+        guard.set_in_flight(true);
+        let result = self.truncate_quiesced(offset).await;
+        guard.set_in_flight(false);
+        match result {
             Ok(leo) => Ok(leo),
             Err(e) => {
                 self.fail(e.clone());
@@ -1542,6 +1563,12 @@ impl Partition {
                 ),
             ));
         }
+        let old_start = self.inner.borrow().log_start;
+        if rec.log_start < old_start {
+            // The log start was inside the cut batch: it comes down to the new end, and must
+            // stay there after a restart (new records will fill the offsets in between).
+            state_file::write_log_start(&self.dir, rec.log_start).await?;
+        }
         self.inner.borrow_mut().install_recovered(rec);
         tracing::info!(dir = %self.dir.display(), offset, new_end, "log truncated");
         Ok(new_end)
@@ -1568,7 +1595,8 @@ impl Partition {
                 });
             }
         }
-        let _guard = self.quiesce().await?;
+        let guard = self.quiesce().await?;
+        guard.set_in_flight(true);
         let result = async {
             state_file::write_offset_file(
                 &self.dir,
@@ -1581,6 +1609,7 @@ impl Partition {
             recover(&self.dir, &config, &*self.fs).await
         }
         .await;
+        guard.set_in_flight(false);
         match result {
             Ok(rec) => {
                 let mut inner = self.inner.borrow_mut();
