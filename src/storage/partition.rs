@@ -132,6 +132,9 @@ struct Inner {
     epoch_persisted: u64,
     /// A truncation owns the log: appends are refused and the flusher only drains.
     truncating: bool,
+    /// Bumped when a truncation starts and when it ends: a read that saw it change may
+    /// hold cut batches and is redone.
+    log_generation: u64,
 }
 
 impl Inner {
@@ -294,7 +297,11 @@ impl Drop for TruncatingGuard<'_> {
         if self.1.get() {
             self.0.fail(Error::Closed);
         }
-        self.0.inner.borrow_mut().truncating = false;
+        {
+            let mut inner = self.0.inner.borrow_mut();
+            inner.truncating = false;
+            inner.log_generation += 1;
+        }
         self.0.flush_wakeup.notify_all();
         self.0.progress.notify_all();
         self.0.appended.notify_all();
@@ -401,6 +408,7 @@ impl Partition {
             epoch_version: 0,
             epoch_persisted: 0,
             truncating: false,
+            log_generation: 0,
         };
         inner.recompute_max_timestamp();
         let p = Rc::new(Partition {
@@ -747,7 +755,34 @@ impl Partition {
         self.read_impl(offset, max_bytes, Some(upper)).await
     }
 
+    /// Reads never overlap a truncation: one waits for a running truncation to end, and a
+    /// read that a truncation overlapped (its file positions may be cut, its batches gone)
+    /// is redone against the new log.
     async fn read_impl(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<ReadOutcome, Error> {
+        loop {
+            let listener = self.progress.listen();
+            let generation = {
+                let inner = self.inner.borrow();
+                (!inner.truncating).then_some(inner.log_generation)
+            };
+            let Some(generation) = generation else {
+                listener.await;
+                continue;
+            };
+            drop(listener);
+            let result = self.read_once(offset, max_bytes, upper).await;
+            if self.inner.borrow().log_generation == generation {
+                return result;
+            }
+        }
+    }
+
+    async fn read_once(
         &self,
         offset: i64,
         max_bytes: usize,
@@ -1389,6 +1424,7 @@ impl Partition {
             let mut inner = self.inner.borrow_mut();
             inner.check_open()?;
             inner.truncating = true;
+            inner.log_generation += 1;
         }
         let guard = TruncatingGuard(self, Cell::new(false));
         self.flush_wakeup.notify_all();

@@ -1112,8 +1112,24 @@ fn truncate_then_append_again() {
                 Err(Error::OffsetOutOfRange { .. })
             ));
             assert_eq!(p.truncate_to(120).await.unwrap(), 120, "log end: no-op");
+            // Reads running alongside the truncation never return cut batches.
+            let readers: Vec<_> = (0..4)
+                .map(|i| {
+                    let p = Rc::clone(&p);
+                    glommio::spawn_local(async move { p.read(40 + i * 10, 1 << 20).await })
+                })
+                .collect();
             // Batches hold 2 records: offset 51 is inside the batch at 50.
             assert_eq!(p.truncate_to(51).await.unwrap(), 50);
+            // The truncation takes the log before its first await, so every reader, spawned
+            // before it but run after, waits for it and reads the truncated log.
+            for reader in readers {
+                if let Ok(r) = reader.await {
+                    for chunk in &r.chunks {
+                        assert!(BatchHeader::parse(chunk).unwrap().last_offset() < 50);
+                    }
+                }
+            }
             assert_eq!(p.log_end(), 50);
             assert_eq!(p.hw(), 50);
             assert!(p.read(50, 100).await.unwrap().chunks.is_empty());
