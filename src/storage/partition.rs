@@ -132,6 +132,9 @@ struct Inner {
     epoch_persisted: u64,
     /// A truncation owns the log: appends are refused and the flusher only drains.
     truncating: bool,
+    /// Bumped when a truncation starts and when it ends: a read that saw it change may
+    /// hold cut batches and is redone.
+    log_generation: u64,
 }
 
 impl Inner {
@@ -278,12 +281,27 @@ enum Step {
     Wait { until: Option<Instant> },
 }
 
-/// Ends a truncation (also if its future is dropped): appends and the flusher resume.
-struct TruncatingGuard<'a>(&'a Partition);
+/// Ends a truncation: appends and the flusher resume. If the truncation's future is dropped
+/// between its first and last file operation (`in_flight`), the files no longer match the
+/// in-memory log, so the partition is poisoned; a reopen recovers the files consistently.
+struct TruncatingGuard<'a>(&'a Partition, Cell<bool>);
+
+impl TruncatingGuard<'_> {
+    fn set_in_flight(&self, in_flight: bool) {
+        self.1.set(in_flight);
+    }
+}
 
 impl Drop for TruncatingGuard<'_> {
     fn drop(&mut self) {
-        self.0.inner.borrow_mut().truncating = false;
+        if self.1.get() {
+            self.0.fail(Error::Closed);
+        }
+        {
+            let mut inner = self.0.inner.borrow_mut();
+            inner.truncating = false;
+            inner.log_generation += 1;
+        }
         self.0.flush_wakeup.notify_all();
         self.0.progress.notify_all();
         self.0.appended.notify_all();
@@ -390,6 +408,7 @@ impl Partition {
             epoch_version: 0,
             epoch_persisted: 0,
             truncating: false,
+            log_generation: 0,
         };
         inner.recompute_max_timestamp();
         let p = Rc::new(Partition {
@@ -736,7 +755,34 @@ impl Partition {
         self.read_impl(offset, max_bytes, Some(upper)).await
     }
 
+    /// Reads never overlap a truncation: one waits for a running truncation to end, and a
+    /// read that a truncation overlapped (its file positions may be cut, its batches gone)
+    /// is redone against the new log.
     async fn read_impl(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<ReadOutcome, Error> {
+        loop {
+            let listener = self.progress.listen();
+            let generation = {
+                let inner = self.inner.borrow();
+                (!inner.truncating).then_some(inner.log_generation)
+            };
+            let Some(generation) = generation else {
+                listener.await;
+                continue;
+            };
+            drop(listener);
+            let result = self.read_once(offset, max_bytes, upper).await;
+            if self.inner.borrow().log_generation == generation {
+                return result;
+            }
+        }
+    }
+
+    async fn read_once(
         &self,
         offset: i64,
         max_bytes: usize,
@@ -1150,6 +1196,8 @@ impl Partition {
                 return Ok(inner.log_start);
             }
             inner.log_start = target;
+            inner.epoch_cache.truncate_from_start(target);
+            inner.epoch_version += 1;
             inner.producers.evict_below(target);
             inner.cache.evict_below(target);
             let doomed = inner.take_segments_below(target);
@@ -1206,6 +1254,8 @@ impl Partition {
                 "retention must not pass the high watermark"
             );
             inner.log_start = new_start;
+            inner.epoch_cache.truncate_from_start(new_start);
+            inner.epoch_version += 1;
             inner.producers.evict_below(new_start);
             inner.cache.evict_below(new_start);
             let doomed = inner.take_segments_below(new_start);
@@ -1219,6 +1269,9 @@ impl Partition {
     /// log start, which recovery deletes, never a log start below missing data.
     async fn persist_and_remove(&self, log_start: i64, doomed: Vec<i64>) -> Result<(), Error> {
         state_file::write_log_start(&self.dir, log_start).await?;
+        // The epoch cache lost the epochs wholly below the new log start (Kafka's
+        // truncateFromStart); a lagging file is harmless, recovery cuts nothing below.
+        self.persist_epochs_if_dirty().await?;
         for base in doomed {
             remove_segment_files(&self.dir, base).await?;
         }
@@ -1371,8 +1424,9 @@ impl Partition {
             let mut inner = self.inner.borrow_mut();
             inner.check_open()?;
             inner.truncating = true;
+            inner.log_generation += 1;
         }
-        let guard = TruncatingGuard(self);
+        let guard = TruncatingGuard(self, Cell::new(false));
         self.flush_wakeup.notify_all();
         loop {
             let listener = self.progress.listen();
@@ -1426,8 +1480,11 @@ impl Partition {
                 return Ok(offset);
             }
         }
-        let _guard = self.quiesce().await?;
-        match self.truncate_quiesced(offset).await {
+        let guard = self.quiesce().await?;
+        guard.set_in_flight(true);
+        let result = self.truncate_quiesced(offset).await;
+        guard.set_in_flight(false);
+        match result {
             Ok(leo) => Ok(leo),
             Err(e) => {
                 self.fail(e.clone());
@@ -1542,6 +1599,12 @@ impl Partition {
                 ),
             ));
         }
+        let old_start = self.inner.borrow().log_start;
+        if rec.log_start < old_start {
+            // The log start was inside the cut batch: it comes down to the new end, and must
+            // stay there after a restart (new records will fill the offsets in between).
+            state_file::write_log_start(&self.dir, rec.log_start).await?;
+        }
         self.inner.borrow_mut().install_recovered(rec);
         tracing::info!(dir = %self.dir.display(), offset, new_end, "log truncated");
         Ok(new_end)
@@ -1568,7 +1631,8 @@ impl Partition {
                 });
             }
         }
-        let _guard = self.quiesce().await?;
+        let guard = self.quiesce().await?;
+        guard.set_in_flight(true);
         let result = async {
             state_file::write_offset_file(
                 &self.dir,
@@ -1581,6 +1645,7 @@ impl Partition {
             recover(&self.dir, &config, &*self.fs).await
         }
         .await;
+        guard.set_in_flight(false);
         match result {
             Ok(rec) => {
                 let mut inner = self.inner.borrow_mut();

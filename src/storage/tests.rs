@@ -702,6 +702,10 @@ mod model {
         },
         /// Crash with batches maybe not yet durable.
         CrashNow,
+        /// Follower truncation somewhere in [log start, log end].
+        Truncate {
+            fraction: u8,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -711,14 +715,15 @@ mod model {
             1 => (1000i64..6000).prop_map(|bytes| Op::Retention { bytes }),
             1 => any::<bool>().prop_map(|crash| Op::Reopen { crash }),
             1 => Just(Op::CrashNow),
+            1 => any::<u8>().prop_map(|fraction| Op::Truncate { fraction }),
         ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-        /// Random appends, rolls (small segments), DeleteRecords, retention and restarts
-        /// (clean or abandoned after durability) against an in-memory model: every offset
-        /// reads back the exact batch, and log start / log end match the model.
+        /// Random appends, rolls (small segments), DeleteRecords, retention, truncations and
+        /// restarts (clean or abandoned after durability) against an in-memory model: every
+        /// offset reads back the exact batch, and log start / log end match the model.
         #[test]
         fn log_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
             run(move || async move {
@@ -753,6 +758,20 @@ mod model {
                             assert!(new_start == start || model.iter().any(|(b, _)| *b == new_start));
                             start = new_start;
                             p.set_config(config.clone());
+                        }
+                        Op::Truncate { fraction } => {
+                            let target = start + (next - start) * fraction as i64 / 255;
+                            // Whole batches: the one holding the target goes entirely.
+                            let expected = model
+                                .iter()
+                                .find(|(_, b)| BatchHeader::parse(b).unwrap().last_offset() >= target)
+                                .map(|(base, _)| *base)
+                                .filter(|_| target < next)
+                                .unwrap_or(next);
+                            assert_eq!(p.truncate_to(target).await.unwrap(), expected);
+                            model.retain(|(b, _)| *b < expected);
+                            next = expected;
+                            start = start.min(expected);
                         }
                         Op::Reopen { crash } => {
                             p.wait_durable(next - 1).await.unwrap();
@@ -1093,8 +1112,24 @@ fn truncate_then_append_again() {
                 Err(Error::OffsetOutOfRange { .. })
             ));
             assert_eq!(p.truncate_to(120).await.unwrap(), 120, "log end: no-op");
+            // Reads running alongside the truncation never return cut batches.
+            let readers: Vec<_> = (0..4)
+                .map(|i| {
+                    let p = Rc::clone(&p);
+                    glommio::spawn_local(async move { p.read(40 + i * 10, 1 << 20).await })
+                })
+                .collect();
             // Batches hold 2 records: offset 51 is inside the batch at 50.
             assert_eq!(p.truncate_to(51).await.unwrap(), 50);
+            // The truncation takes the log before its first await, so every reader, spawned
+            // before it but run after, waits for it and reads the truncated log.
+            for reader in readers {
+                if let Ok(r) = reader.await {
+                    for chunk in &r.chunks {
+                        assert!(BatchHeader::parse(chunk).unwrap().last_offset() < 50);
+                    }
+                }
+            }
             assert_eq!(p.log_end(), 50);
             assert_eq!(p.hw(), 50);
             assert!(p.read(50, 100).await.unwrap().chunks.is_empty());
