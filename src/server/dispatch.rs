@@ -107,6 +107,13 @@ pub async fn dispatch(
                 &handlers::list_offsets::handle(ctx, version, req).await,
             )
         }
+        ApiKey::OffsetForLeaderEpoch => {
+            let req: OffsetForLeaderEpochRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::offset_for_leader_epoch::handle(ctx, version, req).await,
+            )
+        }
         ApiKey::CreateTopics => {
             let req: CreateTopicsRequest = decode_body(&raw)?;
             respond(
@@ -161,7 +168,10 @@ pub async fn dispatch(
         // Produce they answer through a future and do not hold up the connection's reader.
         ApiKey::FindCoordinator => {
             let req: FindCoordinatorRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::find_coordinator::handle(ctx, version, req))
+            respond(
+                &raw,
+                &handlers::find_coordinator::handle(ctx, version, req).await,
+            )
         }
         ApiKey::JoinGroup => {
             let req: JoinGroupRequest = decode_body(&raw)?;

@@ -12,6 +12,20 @@ use crate::shard::ShardCtx;
 pub enum OffsetOp {
     ListOffsets,
     DeleteRecords,
+    /// OffsetForLeaderEpoch; the argument packs the client's current leader epoch (high 32
+    /// bits) and the epoch asked about (low 32 bits); see `pack_epochs`. The result's
+    /// `timestamp` carries the epoch found.
+    EpochEnd,
+}
+
+/// Packs the two epochs of an OffsetForLeaderEpoch partition into one offset argument.
+pub fn pack_epochs(current_leader_epoch: i32, requested: i32) -> i64 {
+    ((current_leader_epoch as i64) << 32) | (requested as u32 as i64)
+}
+
+/// The inverse of `pack_epochs`.
+pub fn unpack_epochs(arg: i64) -> (i32, i32) {
+    ((arg >> 32) as i32, arg as u32 as i32)
 }
 
 /// Runs `op` for every `(topic, partition, argument)` on its owner shard; results come back
@@ -59,6 +73,7 @@ pub async fn offsets(
         let op = match op {
             OffsetOp::ListOffsets => ShardOp::ListOffsets { parts },
             OffsetOp::DeleteRecords => ShardOp::DeleteRecords { parts },
+            OffsetOp::EpochEnd => ShardOp::EpochEnds { parts },
         };
         started.push(Some(begin(ctx, shard, op).await));
     }

@@ -54,6 +54,10 @@ pub enum ShardOp {
     DeleteRecords {
         parts: Vec<(TopicPartition, i64)>,
     },
+    /// OffsetForLeaderEpoch; arguments packed by `server::route::pack_epochs`.
+    EpochEnds {
+        parts: Vec<(TopicPartition, i64)>,
+    },
     OpenPartitions {
         topic: String,
         partitions: Vec<i32>,
@@ -203,6 +207,19 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
             for (tp, ts) in parts {
                 out.push(list_offset(&ctx, &tp, ts).await);
             }
+            ShardReply::Offsets(out)
+        }),
+        ShardOp::EpochEnds { parts } => Box::pin(async move {
+            let out = parts
+                .into_iter()
+                .map(|(tp, arg)| {
+                    let (current, requested) = crate::server::route::unpack_epochs(arg);
+                    match super::replica::epoch_end(&ctx, &tp, current, requested) {
+                        (Some(e), _, _) => OffsetResult::failed(e),
+                        (None, epoch, offset) => OffsetResult::ok(epoch as i64, offset),
+                    }
+                })
+                .collect();
             ShardReply::Offsets(out)
         }),
         ShardOp::DeleteRecords { parts } => Box::pin(async move {
@@ -542,7 +559,10 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
             part.offset,
             part.current_leader_epoch,
         ) {
-            Ok(_) => p.read_bounded(part.offset, part.max_bytes, p.log_end()).await,
+            Ok(_) => {
+                p.read_bounded(part.offset, part.max_bytes, p.log_end())
+                    .await
+            }
             Err(e) => return FetchResult::error(e),
         }
     } else {

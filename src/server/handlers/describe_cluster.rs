@@ -1,4 +1,4 @@
-//! DescribeCluster: this broker, which is also the controller.
+//! DescribeCluster: the live brokers and the active controller.
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -16,18 +16,26 @@ pub fn handle(
     version: i16,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
-    let config = &ctx.shared.config;
-    let (host, port) = config.advertised();
-    let node = BrokerId(config.node_id);
+    let catalog = ctx.shared.catalog.load();
+    let brokers = catalog
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.node_id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.as_deref().map(str_bytes))
+        })
+        .collect();
+    let controller = ctx.shared.quorum.active_controller().unwrap_or(-1);
     let resp = DescribeClusterResponse::default()
-        .with_cluster_id(str_bytes(&ctx.shared.catalog.load().cluster_id))
-        .with_controller_id(node)
+        .with_cluster_id(str_bytes(&catalog.cluster_id))
+        .with_controller_id(BrokerId(controller))
         .with_endpoint_type(ENDPOINT_BROKERS)
         .with_cluster_authorized_operations(i32::MIN)
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(node)
-            .with_host(str_bytes(&host))
-            .with_port(port)]);
+        .with_brokers(brokers);
     if version >= 1 && req.endpoint_type != ENDPOINT_BROKERS {
         return resp
             .with_error_code(ErrorCode::UnsupportedEndpointType.code())

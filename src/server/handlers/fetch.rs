@@ -77,12 +77,7 @@ pub fn handle(
     .boxed_local()
 }
 
-fn resolve(
-    ctx: &ShardCtx,
-    version: i16,
-    req: &FetchRequest,
-    replica_id: i32,
-) -> Vec<WantedTopic> {
+fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest, replica_id: i32) -> Vec<WantedTopic> {
     let catalog = ctx.shared.catalog.load();
     let nr_shards = ctx.shared.nr_shards;
     req.topics
@@ -236,11 +231,16 @@ async fn wait_for_data(
     let mut waits = Vec::new();
     for (shard, parts) in per_shard.into_iter().enumerate() {
         if !parts.is_empty() {
-            let started = begin(ctx, shard, ShardOp::WaitForData {
+            let started = begin(
+                ctx,
+                shard,
+                ShardOp::WaitForData {
                     parts,
                     timeout,
                     follower,
-                }).await;
+                },
+            )
+            .await;
             waits.push(started.finish().boxed_local());
         }
     }

@@ -7,7 +7,7 @@ use kafka_protocol::messages::metadata_response::*;
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
 use super::{str_bytes, topic_name};
-use crate::cluster::catalog::TopicMeta;
+use crate::cluster::catalog::{Catalog, TopicMeta};
 use crate::protocol::error::ErrorCode;
 use crate::server::admin::create_topic;
 use crate::shard::ShardCtx;
@@ -17,15 +17,26 @@ const OPERATIONS_OMITTED: i32 = i32::MIN;
 
 pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> MetadataResponse {
     let config = &ctx.shared.config;
-    let (host, port) = config.advertised();
-    let node = BrokerId(config.node_id);
+    let catalog = ctx.shared.catalog.load();
+    // Live (unfenced) brokers only, as KRaft does: clients must not be sent to a broker the
+    // controller has fenced.
+    let brokers = catalog
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.node_id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.as_deref().map(str_bytes))
+        })
+        .collect();
+    let controller = ctx.shared.quorum.active_controller().unwrap_or(-1);
     let mut resp = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(node)
-            .with_host(str_bytes(&host))
-            .with_port(port)])
-        .with_cluster_id(Some(str_bytes(&ctx.shared.catalog.load().cluster_id)))
-        .with_controller_id(node)
+        .with_brokers(brokers)
+        .with_cluster_id(Some(str_bytes(&catalog.cluster_id)))
+        .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(OPERATIONS_OMITTED);
 
     // v0: an empty list means all topics; v1+: null means all topics.
@@ -33,10 +44,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> M
         None => true,
         Some(t) => t.is_empty() && version == 0,
     };
-    let catalog = ctx.shared.catalog.load();
     if all {
         for meta in catalog.topics.values() {
-            resp.topics.push(topic_entry(ctx, meta));
+            resp.topics.push(topic_entry(&catalog, meta));
         }
         return resp;
     }
@@ -49,14 +59,14 @@ pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> M
             None => catalog.topic_by_id(requested.topic_id.as_u128()).cloned(),
         };
         let entry = match (found, by_name) {
-            (Some(meta), _) => topic_entry(ctx, &meta),
+            (Some(meta), _) => topic_entry(&ctx.shared.catalog.load(), &meta),
             (None, Some(name)) if auto_create => {
                 match create_topic(ctx, &name, -1, -1, BTreeMap::new(), false).await {
-                    Ok(meta) => topic_entry(ctx, &meta),
+                    Ok(meta) => topic_entry(&ctx.shared.catalog.load(), &meta),
                     // Another connection created it a moment ago.
                     Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
                         match ctx.shared.catalog.load().topic(&name) {
-                            Some(meta) => topic_entry(ctx, meta),
+                            Some(meta) => topic_entry(&ctx.shared.catalog.load(), meta),
                             None => error_entry(
                                 &name,
                                 requested.topic_id,
@@ -92,22 +102,39 @@ fn error_entry(name: &str, id: uuid::Uuid, code: ErrorCode) -> MetadataResponseT
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
 }
 
-fn topic_entry(ctx: &ShardCtx, meta: &TopicMeta) -> MetadataResponseTopic {
-    let node = BrokerId(ctx.shared.config.node_id);
+fn topic_entry(catalog: &Catalog, meta: &TopicMeta) -> MetadataResponseTopic {
+    let ids = |v: &[i32]| v.iter().map(|n| BrokerId(*n)).collect::<Vec<_>>();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&meta.name)))
         .with_topic_id(meta.uuid())
         .with_is_internal(meta.name.starts_with("__"))
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
         .with_partitions(
-            (0..meta.partitions.len() as i32)
-                .map(|i| {
+            meta.partitions
+                .iter()
+                .enumerate()
+                .map(|(i, pm)| {
+                    // Replicas on fenced brokers are offline; with no leader the partition
+                    // is LEADER_NOT_AVAILABLE (clients retry), as Kafka reports it.
+                    let offline: Vec<i32> = pm
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|r| catalog.brokers.get(r).is_none_or(|b| b.fenced))
+                        .collect();
+                    let error = if pm.leader < 0 {
+                        ErrorCode::LeaderNotAvailable.code()
+                    } else {
+                        0
+                    };
                     MetadataResponsePartition::default()
-                        .with_partition_index(i)
-                        .with_leader_id(node)
-                        .with_leader_epoch(0)
-                        .with_replica_nodes(vec![node])
-                        .with_isr_nodes(vec![node])
+                        .with_error_code(error)
+                        .with_partition_index(i as i32)
+                        .with_leader_id(BrokerId(pm.leader))
+                        .with_leader_epoch(pm.leader_epoch)
+                        .with_replica_nodes(ids(&pm.replicas))
+                        .with_isr_nodes(ids(&pm.isr))
+                        .with_offline_replicas(ids(&offline))
                 })
                 .collect(),
         )

@@ -1,0 +1,69 @@
+//! OffsetForLeaderEpoch (KIP-101/KIP-279/KIP-320): for each partition, the largest leader
+//! epoch this leader knows at or below the one asked about, and the offset where it ends. A
+//! follower of a new leader truncates there; a consumer uses it to detect a log that was
+//! truncated under it. Only the leader answers, in the epoch the requester names.
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+
+use crate::server::route::{offsets_by_topic, pack_epochs, OffsetOp};
+use crate::shard::ShardCtx;
+
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    version: i16,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let wanted = req
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.topic.0.to_string(),
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        // v0-1 carry no current epoch: no fencing check.
+                        let current = if version >= 2 {
+                            p.current_leader_epoch
+                        } else {
+                            -1
+                        };
+                        (p.partition, pack_epochs(current, p.leader_epoch))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let results = offsets_by_topic(ctx, OffsetOp::EpochEnd, wanted).await;
+    let topics = req
+        .topics
+        .into_iter()
+        .zip(results)
+        .map(|(t, rs)| {
+            let partitions = t
+                .partitions
+                .iter()
+                .zip(rs)
+                .map(|(p, r)| {
+                    EpochEndOffset::default()
+                        .with_error_code(r.code())
+                        .with_partition(p.partition)
+                        .with_leader_epoch(if r.error.is_some() {
+                            -1
+                        } else {
+                            r.timestamp as i32
+                        })
+                        .with_end_offset(r.offset)
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
