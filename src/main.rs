@@ -26,6 +26,9 @@ enum Command {
     /// List, describe, delete consumer groups and reset their offsets.
     #[command(subcommand)]
     Group(strata::cli::GroupCommand),
+    /// Cluster status, partition reassignment and leader elections.
+    #[command(subcommand)]
+    Cluster(strata::cli::ClusterCommand),
     /// Write lines from stdin to a topic.
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
@@ -77,6 +80,7 @@ fn main() {
         Command::Serve(args) => serve(args),
         Command::Topic(cmd) => strata::cli::run_topic(cmd),
         Command::Group(cmd) => strata::cli::run_group(cmd),
+        Command::Cluster(cmd) => strata::cli::run_cluster(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),

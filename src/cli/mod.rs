@@ -1,10 +1,11 @@
-//! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata produce`,
+//! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata cluster ...`, `strata produce`,
 //! `strata consume`.
 //!
 //! Each talks the Kafka protocol through [`crate::client`], so it works against any
 //! Kafka-compatible broker. `main.rs` only parses and calls [`run_topic`], [`run_produce`] or
 //! [`run_consume`]; argument types live here so the lead can embed them in the top-level `Cli`.
 
+mod cluster;
 mod consume;
 mod group;
 pub mod log_dump;
@@ -13,6 +14,7 @@ mod topic;
 
 use crate::client::{Client, ClientConfig, BOOTSTRAP_DEFAULT};
 
+pub use cluster::{ClusterCommand, ReassignArgs};
 pub use consume::{ConsumeArgs, OutputFormat, StartFrom};
 pub use group::{GroupCommand, ResetTarget};
 pub use produce::{AcksArg, CompressionArg, ProduceArgs};
@@ -43,6 +45,11 @@ pub fn run_topic(cmd: TopicCommand) -> anyhow::Result<()> {
 /// Runs a `strata group ...` command.
 pub fn run_group(cmd: GroupCommand) -> anyhow::Result<()> {
     group::run(cmd)
+}
+
+/// Runs a `strata cluster ...` command.
+pub fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
+    cluster::run(cmd)
 }
 
 /// Runs `strata produce`.

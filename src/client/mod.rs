@@ -17,6 +17,7 @@
 //! error codes become [`ClientError::Broker`] with Kafka's error name.
 
 mod admin;
+mod cluster;
 mod connection;
 pub mod error;
 mod fetch;
@@ -33,6 +34,7 @@ use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 pub use admin::{ConfigEntry, ConfigSource};
+pub use cluster::{OngoingReassignment, PartitionOutcome, ReassignmentTarget};
 pub use connection::{Connection, Timeouts};
 pub use error::{error_code_name, ClientError, Result};
 pub use fetch::{FetchOptions, FetchedPartition, OffsetSpec};

@@ -18,6 +18,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    // Cluster administration, served by the active controller. AlterPartitionReassignments
+    // stops at v0: v1's allow_replication_factor_change is not implemented.
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     // Consumer groups (classic protocol). FindCoordinator stops at v4 (v5/v6 add error
     // codes and key types for transactions and share groups, not implemented); OffsetCommit
     // starts at v2 and OffsetFetch at v1 because the codec does not go lower; DescribeGroups

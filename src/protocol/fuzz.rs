@@ -170,6 +170,13 @@ mod tests {
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
             ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+            ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
+            ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsRequest::default(),
+            ),
+            ApiKey::ListPartitionReassignments => {
+                RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
+            }
             other => panic!("{other:?} is in SUPPORTED but has no test request"),
         }
     }

@@ -164,6 +164,27 @@ pub async fn dispatch(
             let req: DescribeClusterRequest = decode_body(&raw)?;
             respond(&raw, &handlers::describe_cluster::handle(ctx, version, req))
         }
+        ApiKey::ElectLeaders => {
+            let req: ElectLeadersRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::elect_leaders::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::AlterPartitionReassignments => {
+            let req: AlterPartitionReassignmentsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::alter_partition_reassignments::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::ListPartitionReassignments => {
+            let req: ListPartitionReassignmentsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::list_partition_reassignments::handle(ctx, version, req).await,
+            )
+        }
         // Group coordination. JoinGroup and SyncGroup may wait for a rebalance, so like
         // Produce they answer through a future and do not hold up the connection's reader.
         ApiKey::FindCoordinator => {
