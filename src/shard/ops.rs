@@ -188,9 +188,9 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
                 if let Ok(Some(p)) = ctx.partition(&tp.topic, tp.partition).await {
                     waits.push(Box::pin(async move {
                         if follower {
-                            p.wait_for_log_end_beyond(offset - 1, deadline).await;
+                            p.wait_for_log_end_beyond(offset, deadline).await;
                         } else {
-                            p.wait_for_hw_beyond(offset - 1, deadline).await;
+                            p.wait_for_hw_beyond(offset, deadline).await;
                         }
                     }));
                 }
