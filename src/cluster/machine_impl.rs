@@ -31,6 +31,8 @@ pub struct ControllerMachine {
     controller: Controller,
     store: Arc<CatalogStore>,
     applied_index: u64,
+    /// The index a restored snapshot covers: entries up to it are in the catalog already.
+    restored_index: u64,
 }
 
 impl ControllerMachine {
@@ -44,6 +46,7 @@ impl ControllerMachine {
             controller,
             store,
             applied_index: 0,
+            restored_index: 0,
         }
     }
 
@@ -63,10 +66,11 @@ impl ControllerMachine {
 
 impl MetadataMachine for ControllerMachine {
     fn apply(&mut self, index: u64, entry: &[u8]) {
-        // An entry at or below the applied index is in the catalog already (say, one the
-        // restored snapshot covers); applying it again would repeat non-idempotent records
-        // such as AddPartitions.
-        if index <= self.applied_index && self.applied_index > 0 {
+        // An entry the restored snapshot covers, or older than one applied, is in the
+        // catalog already; applying it again would repeat non-idempotent records such as
+        // AddPartitions. Several records of one request share their raft entry's index, so
+        // an index equal to the last applied one is the next record of the same entry.
+        if index <= self.restored_index || index < self.applied_index {
             return;
         }
         self.applied_index = index;
@@ -107,6 +111,7 @@ impl MetadataMachine for ControllerMachine {
         catalog.local_node = self.catalog.local_node;
         self.catalog = catalog;
         self.applied_index = applied_index;
+        self.restored_index = applied_index;
         self.store.publish(self.catalog.clone());
         Ok(())
     }
@@ -252,9 +257,10 @@ mod tests {
         m.apply(1, b"{\"Bogus\":1}");
         m.apply(2, b"");
         assert_eq!(m.catalog(), &before);
-        // An entry at or below the applied index is not applied twice.
+        // An entry below the applied index is not applied twice (records of one raft
+        // entry share its index, so an equal index is the next record of the same entry).
         let rec = MetadataRecord::ClusterId { id: "c".into() };
-        m.apply(2, &rec.encode());
+        m.apply(1, &rec.encode());
         assert_eq!(m.catalog(), &before);
         m.apply(3, &rec.encode());
         assert_eq!(m.catalog().cluster_id, "c");

@@ -399,12 +399,14 @@ mod tests {
                         target: Err(ErrorCode::UnknownServerError),
                         offset: 0,
                         max_bytes: 100,
+                        current_leader_epoch: -1,
                     },
                     Wanted {
                         partition: 1,
                         target: Err(ErrorCode::UnknownServerError),
                         offset: 0,
                         max_bytes: 100,
+                        current_leader_epoch: -1,
                     },
                 ],
             }];

@@ -14,7 +14,7 @@ use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
-    version: i16,
+    _version: i16,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
     let wanted = req
@@ -26,13 +26,10 @@ pub async fn handle(
                 t.partitions
                     .iter()
                     .map(|p| {
-                        // v0-1 carry no current epoch: no fencing check.
-                        let current = if version >= 2 {
-                            p.current_leader_epoch
-                        } else {
-                            -1
-                        };
-                        (p.partition, pack_epochs(current, p.leader_epoch))
+                        (
+                            p.partition,
+                            pack_epochs(p.current_leader_epoch, p.leader_epoch),
+                        )
                     })
                     .collect(),
             )
