@@ -167,6 +167,7 @@ pub fn on_follower_fetch(
         }
         cmds
     });
+    debug!(topic = %tp.topic, partition = tp.partition, replica, fetch_offset, ?outcome, "follower fetch");
     if let Some((p, cmds)) = cmds {
         run_leader_commands(ctx, tp, &p, cmds);
     }
