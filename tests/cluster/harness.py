@@ -378,7 +378,8 @@ class Cluster:
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int = 3,
                      config: dict[str, str] | None = None, full_isr: bool = True) -> dict:
-        futures = self.admin().create_topics(
+        admin = self.admin()  # must outlive the future: a destroyed client fails it (_DESTROY)
+        futures = admin.create_topics(
             [NewTopic(topic, partitions, replication_factor, config=config or {})],
             operation_timeout=30, request_timeout=30)
         futures[topic].result(timeout=40)
