@@ -308,7 +308,9 @@ class Cluster:
                             "socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500})
 
     def live_bootstrap(self) -> str:
-        live = [node.address for node in self.nodes.values() if node.alive() and not node.paused]
+        cut = self.net.isolated if self.net is not None else set()
+        live = [node.address for n, node in self.nodes.items()
+                if node.alive() and not node.paused and n not in cut]
         return ",".join(live) or self.bootstrap
 
     def metadata(self, topic: str | None = None, timeout_s: float = 5.0):
