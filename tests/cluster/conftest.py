@@ -23,9 +23,9 @@ import netns  # noqa: E402
 def network_or_fail():
     made: list[netns.Network] = []
 
-    def make(nodes: list[int]) -> netns.Network:
+    def make(nodes: list[int], tool: str | None = None) -> netns.Network:
         try:
-            net = netns.Network(nodes)
+            net = netns.Network(nodes, tool)
             made.append(net)
             return net.setup()
         except netns.NetnsUnavailable as e:

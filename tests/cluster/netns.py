@@ -70,12 +70,14 @@ class Network:
     """A bridge in the root namespace and one namespace per node. Use as a context manager or
     call setup()/teardown(); teardown is idempotent and never raises."""
 
-    def __init__(self, nodes: list[int]):
+    def __init__(self, nodes: list[int], tool: str | None = None):
         if os.geteuid() != 0:
             raise NetnsUnavailable("network namespaces need root")
         if not shutil.which("ip"):
             raise NetnsUnavailable("`ip` (iproute2) is not installed")
-        self.tool = firewall_tool()
+        self.tool = tool or os.environ.get("STRATA_NETNS_FIREWALL") or firewall_tool()
+        if self.tool not in ("iptables", "nft") or not shutil.which(self.tool):
+            raise NetnsUnavailable(f"firewall tool {self.tool!r} is not installed")
         self.tag = PREFIX + secrets.token_hex(2)  # 7 chars: names stay under IFNAMSIZ (15)
         self.bridge = f"{self.tag}br"
         self.nodes = list(nodes)

@@ -45,11 +45,12 @@ def node_reaches(net: Network, src: int, dst: int) -> bool:
     return run(*net.exec_prefix(src), sys.executable, "-c", code, check=False).returncode == 0
 
 
-def test_isolate_and_heal_toggle_reachability(network_or_fail):
+@pytest.mark.parametrize("tool", ["iptables", "nft"])
+def test_isolate_and_heal_toggle_reachability(network_or_fail, tool):
     """Proves the partition primitive: with an http.server in node 2's namespace, the client
     and node 1 reach it; isolate(2) cuts both; isolate(2, allow_client=True) cuts node 1 but not
-    the client; heal(2) restores both. Teardown removes every namespace and the bridge."""
-    net = network_or_fail([1, 2, 3])
+    the client; heal(2) restores both. With each firewall backend (iptables, nft). Teardown removes every namespace and the bridge."""
+    net = network_or_fail([1, 2, 3], tool)
     server = http_server(net, 2)
     try:
         assert client_reaches(net.address(2)) and node_reaches(net, 1, 2) and node_reaches(net, 3, 2)
