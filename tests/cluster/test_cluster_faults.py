@@ -136,7 +136,8 @@ def test_partition_isolates_leader(cluster_under_load, idempotent, request):
 def test_kill9_active_controller(cluster_under_load, idempotent, request):
     """Proves controller failover: twice, kill -9 the active controller (Metadata's
     controller_id), require another voter to become controller, the data path to keep acking
-    and a topic creation to succeed through the new controller; restart the old one. Check."""
+    and a topic creation (RF 2, as one broker is down) to succeed through the new controller;
+    restart the old one. Check."""
     c, w = cluster_under_load(idempotent)
     killed = []
     for round_ in range(2):
@@ -146,7 +147,8 @@ def test_kill9_active_controller(cluster_under_load, idempotent, request):
         new = c.controller_id(timeout_s=FAILOVER_TIMEOUT_S, not_on=old)
         assert new != old
         progress(w)
-        c.create_topic(f"after-controller-failover-{round_}", 1, 3, TOPIC_CONFIG, full_isr=False)
+        # RF 2: a KRaft controller places replicas on live (unfenced) brokers only.
+        c.create_topic(f"after-controller-failover-{round_}", 1, 2, TOPIC_CONFIG, full_isr=False)
         c.restart(old)
         c.wait_topic(TOPIC, PARTITIONS, full_isr=True, timeout_s=60)
     progress(w)
@@ -224,8 +226,11 @@ def test_smoke_replication_and_min_insync(cluster_factory):
         f"acks=all failed with ISR 2 >= min 2: {[op.error for op in ops if op.outcome != 'ok'][:5]}"
 
     strict = c.partitions("smoke-strict")[0]
-    c.poll_until("smoke-strict ISR shrinks to 2",
-                 lambda: len(c.partitions("smoke-strict")[0].isrs) == 2, FAILOVER_TIMEOUT_S)
+    def strict_shrunk():
+        p = c.partitions("smoke-strict")[0]
+        return len(p.isrs) == 2 and followers[0] not in p.isrs and p.leader in c.nodes \
+            and c.nodes[p.leader].alive()
+    c.poll_until("smoke-strict ISR shrinks to 2 with a live leader", strict_shrunk, FAILOVER_TIMEOUT_S)
     strict_history = History(idempotent=False)
     [op] = Sender(c.bootstrap, strict_history, retries=False).send("smoke-strict", 1)
     assert op.outcome == "failed" and op.error == KafkaError(KafkaError.NOT_ENOUGH_REPLICAS).name(), \
