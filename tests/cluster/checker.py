@@ -306,7 +306,10 @@ class Workload:
         def on_delivery(err, msg, op):
             with self.lock:
                 if err is None:
-                    op.outcome, op.offset = "ok", (msg.offset() if msg.offset() >= 0 else None)
+                    # No offset on a success happens: librdkafka reports a retried batch the
+                    # broker recognised as a duplicate (DUPLICATE_SEQUENCE_NUMBER) that way.
+                    offset = msg.offset()
+                    op.outcome, op.offset = "ok", (offset if offset is not None and offset >= 0 else None)
                 else:
                     op.outcome, op.error = "failed", err.name()
                     if err.fatal():
@@ -352,6 +355,10 @@ class Workload:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
+            # A partition (DROP) leaves a fetch hanging on a silent socket: give up on it soon
+            # so the observer reconnects after the heal instead of a minute later.
+            "socket.timeout.ms": 5000,
+            "fetch.wait.max.ms": 200,
             "topic.metadata.refresh.interval.ms": 1000,
             "reconnect.backoff.max.ms": 1000,
         })
@@ -373,7 +380,7 @@ class Workload:
 def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60):
     """Reads every partition from 0 to its HW; returns ({p: [(offset, value)]}, {p: hw})."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-reader-{topic}",
-                  "enable.auto.commit": False, "auto.offset.reset": "error"})
+                  "enable.auto.commit": False, "auto.offset.reset": "error", "socket.timeout.ms": 10000})
     try:
         highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
         log: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}

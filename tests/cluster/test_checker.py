@@ -157,3 +157,18 @@ def test_replica_divergence_and_short_replica_fail():
     reps = replicas_of(log)
     reps[0][2].pop()
     assert "replica_incomplete" in failed_checks(check_replicas(reps, highs))
+
+
+def test_dump_partition_parses_the_agreed_json(tmp_path):
+    """`strata log dump --json` lines (base64 values, null value) become (offset, epoch, value)."""
+    import base64
+    import json
+    from checker import dump_partition
+    fake = tmp_path / "strata"
+    lines = [{"offset": 0, "leader_epoch": 1, "key": None, "value": base64.b64encode(b"p0-0").decode()},
+             {"offset": 1, "leader_epoch": 2, "key": base64.b64encode(b"k").decode(), "value": None}]
+    fake.write_text("#!/bin/sh\n"
+                    "[ \"$1 $2 $3\" = \"log dump --dir\" ] && [ \"$5\" = --json ] || exit 2\n"
+                    f"cat <<'END'\n{chr(10).join(json.dumps(x) for x in lines)}\n\nEND\n")
+    fake.chmod(0o755)
+    assert dump_partition(fake, tmp_path / "t-0") == [(0, 1, "p0-0"), (1, 2, None)]

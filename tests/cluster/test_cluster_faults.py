@@ -180,7 +180,8 @@ class Sender:
 
             def done(err, msg, op=op):
                 if err is None:
-                    op.outcome, op.offset = "ok", msg.offset()
+                    off = msg.offset()
+                    op.outcome, op.offset = "ok", (off if off is not None and off >= 0 else None)
                 else:
                     op.outcome, op.error = "failed", err.name()
             self.p.produce(topic, value=op.value.encode(), partition=partition, on_delivery=done)
