@@ -27,6 +27,7 @@ controller's node id, see README).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -61,6 +62,14 @@ CLUSTER_ENV = {
     "STRATA_OFFSETS_TOPIC_NUM_PARTITIONS": "3",
     "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
 }
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the kernel SIGKILLs the node when the thread that started it exits, so a
+    test run killed outright (os._exit, SIGKILL) leaves no broker behind. Nodes are started
+    from the test's main thread, whose exit is the process's. Survives `ip netns exec`'s exec."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def strata_bin() -> Path:
@@ -142,7 +151,7 @@ class Node:
             log.flush()
             self.proc = subprocess.Popen(
                 self.command(voters), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True)
+                env=env, start_new_session=True, preexec_fn=die_with_parent)
         self.paused = False
         if wait:
             self.wait_listening()
