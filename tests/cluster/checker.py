@@ -41,6 +41,11 @@ What is provable, and is therefore checked (everything else is only counted):
     STRATA_CLUSTER_REPLICA_READ=fetch, with a Fetch as replica id -2 from each broker) holds,
     at every offset below the HW, the same value with the same leader epoch, and has no hole.
     Replicas may differ above the HW (an uncommitted tail); that is counted.
+ 8. Idempotent only: no producer hit a fatal error. With acks=all and no unclean election a
+    new leader carries the producer state (sequences) in its replicated log, so librdkafka's
+    fatal errors (OUT_OF_ORDER_SEQUENCE_NUMBER, an unrecoverable UNKNOWN_PRODUCER_ID, ...)
+    mean the broker broke the idempotence protocol. The workload carries on with a new
+    producer (a new ordering scope for check 3) so the other checks still run.
 
 A run's numbers (faults, operations, records checked, violations) go to
 tests/cluster/last-run.json (one entry per test in the current pytest session) and stdout.
@@ -168,6 +173,9 @@ def check_history(history: History, log: dict[int, list[tuple[int, str]]], highs
                 if s2 < s1:
                     r.fail("order", f"partition {p}: {v2} (seq {s2}) at offset {o2} is after "
                                     f"{v1} (seq {s1}) at offset {o1}")
+
+    for e in history.fatal_errors:  # check 8 (only idempotent producers have fatal errors)
+        r.fail("producer_fatal", e)
 
     seen: dict[tuple[int, int], str] = {}
     for p, o, v in history.observed:  # check 6

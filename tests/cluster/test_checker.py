@@ -172,3 +172,9 @@ def test_dump_partition_parses_the_agreed_json(tmp_path):
                     f"cat <<'END'\n{chr(10).join(json.dumps(x) for x in lines)}\n\nEND\n")
     fake.chmod(0o755)
     assert dump_partition(fake, tmp_path / "t-0") == [(0, 1, "p0-0"), (1, 2, None)]
+
+
+def test_fatal_producer_error_fails():
+    h, log, highs = history(True)
+    h.fatal_errors.append("producer 0 session 1: OUT_OF_ORDER_SEQUENCE_NUMBER")
+    assert "producer_fatal" in failed_checks(check_history(h, log, highs))
