@@ -307,7 +307,7 @@ class Workload:
         fatal = threading.Event()
 
         def on_error(err):
-            if err.fatal():
+            if err.fatal() and not fatal.is_set():
                 self.history.fatal_errors.append(f"producer {producer} session {session}: {err.str()}")
                 fatal.set()
 
@@ -320,7 +320,9 @@ class Workload:
                     op.outcome, op.offset = "ok", (offset if offset is not None and offset >= 0 else None)
                 else:
                     op.outcome, op.error = "failed", err.name()
-                    if err.fatal():
+                    if err.fatal() and not fatal.is_set():
+                        self.history.fatal_errors.append(
+                            f"producer {producer} session {session}: {op.value}: {err.str()}")
                         fatal.set()
 
         p = Producer({**self.producer_config(), "error_cb": on_error})
