@@ -77,3 +77,19 @@ def test_three_nodes_lifecycle(cluster_factory, network):
     assert [f["kind"] for f in c.faults] == ["sigstop", "kill9"]
     assert c.stop_all() == {1: 0, 2: 0, 3: 0}
     assert "strata is serving" in c.log_tails()
+
+
+def test_metadata_helpers_on_one_node(cluster_factory):
+    """Proves the metadata helpers parse what a real broker returns: with one node (id 1)
+    brokers == {1}, every partition's leader, replicas and ISR are node 1, the controller is
+    node 1, and waiting for a full ISR returns at once."""
+    c = cluster_factory(size=1, controller=False, start=False)
+    c.start(wait_registered=False)
+    c.wait_brokers({1}, timeout_s=10)
+    parts = c.create_topic("meta", 2, replication_factor=1)
+    assert sorted(parts) == [0, 1]
+    assert all(p.leader == 1 and p.replicas == [1] and p.isrs == [1] for p in parts.values())
+    assert c.leader("meta", 1) == 1
+    assert c.controller_id(timeout_s=10) == 1
+    with pytest.raises(TimeoutError):
+        c.leader("meta", 0, timeout_s=1, not_on=1)
