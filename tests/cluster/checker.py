@@ -59,7 +59,7 @@ import os
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -468,7 +468,3 @@ def summarize(history: History, report: Report, faults: list[dict], **extra) -> 
         **report.stats,
         **extra,
     }
-
-
-def op_dict(op: Op) -> dict:
-    return asdict(op)
