@@ -2,8 +2,9 @@
 # Runs the whole test suite: cargo's tests (unit, property, and tests/*.rs integration, which
 # include the rskafka client against the real binary), then the Python-driven client and
 # broker-fault suite in tests/clients (confluent-kafka, kafka-python, kcat, kafkajs, Java,
-# crash, power loss, torn tail, bad input). Both halves always run; the exit code is non-zero
-# if either failed. Expects .ci/run's setup (.venv, node_modules, Java jars, kcat).
+# crash, power loss, torn tail, bad input), then the cluster suite in tests/cluster. Every part
+# always runs; the exit code is non-zero if any failed. Expects .ci/run's setup (.venv,
+# node_modules, Java jars, kcat, iproute2, iptables/nftables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,5 +18,10 @@ cargo test --release --no-fail-fast || status=1
 export STRATA_BIN="${STRATA_BIN:-$PWD/target/release/strata}"
 echo "=== pytest tests/clients (broker: ${STRATA_TEST_BROKER:-strata}) ==="
 "$python" -m pytest -v tests/clients "$@" || status=1
+
+# The 3-node cluster suite: harness/checker self-tests, then fault tests under load (kill -9,
+# SIGSTOP, network partitions in namespaces, controller failover). Needs root for namespaces.
+echo "=== pytest tests/cluster ==="
+"$python" -m pytest -v tests/cluster "$@" || status=1
 
 exit "$status"

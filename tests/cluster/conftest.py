@@ -1,0 +1,67 @@
+"""pytest fixtures: clusters and namespaces that are always torn down, even when a test fails.
+
+`cluster_factory(size=3, network="loopback"|"netns", controller=True)` builds and starts a
+Cluster under the test's tmp_path; the finalizer kills every node and removes the namespaces.
+`network_or_fail(nodes)` builds a netns.Network: failure to do so fails the test unless
+STRATA_SKIP_NETNS=1, in which case it skips (loudly, with the reason).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Cluster  # noqa: E402
+import netns  # noqa: E402
+
+
+@pytest.fixture
+def network_or_fail():
+    made: list[netns.Network] = []
+
+    def make(nodes: list[int], tool: str | None = None) -> netns.Network:
+        try:
+            net = netns.Network(nodes, tool)
+            made.append(net)
+            return net.setup()
+        except netns.NetnsUnavailable as e:
+            if netns.skip_allowed():
+                pytest.skip(f"STRATA_SKIP_NETNS=1 and network namespaces are unavailable: {e}")
+            pytest.fail(f"network namespaces unavailable (set STRATA_SKIP_NETNS=1 to skip): {e}")
+
+    yield make
+    for net in made:
+        net.teardown()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path, network_or_fail, request):
+    made: list[Cluster] = []
+
+    def make(size: int = 3, network: str = "loopback", controller: bool = True, start: bool = True,
+             env: dict[str, str] | None = None) -> Cluster:
+        net = network_or_fail(list(range(1, size + 1))) if network == "netns" else None
+        c = Cluster(tmp_path / f"cluster{len(made)}", size=size, network=network, net=net,
+                    controller=controller, env=env)
+        made.append(c)
+        request.node.strata_clusters = made  # for the failure report below
+        return c.start() if start else c
+
+    yield make
+    for c in made:
+        c.close()
+    # network_or_fail's finalizer (it was requested first, so it runs after this) removes netns.
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On failure, attach the tail of every node's log so a red test explains itself."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when in ("setup", "call") and report.failed:
+        for i, c in enumerate(getattr(item, "strata_clusters", [])):
+            report.sections.append((f"cluster {i} node logs", c.log_tails(60)))
