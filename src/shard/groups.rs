@@ -464,15 +464,11 @@ fn encode_batch(records: &[LogRecord], now: i64) -> Result<BytesMut, String> {
 /// or as many brokers as are registered when it is created, if fewer.
 const OFFSETS_TOPIC_REPLICATION_FACTOR: usize = 3;
 
-/// Creates `__consumer_offsets` through the controller if it does not exist yet (as Kafka
-/// does on the first FindCoordinator).
-pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
-    let catalog = ctx.shared.catalog.load();
-    if catalog.topic(OFFSETS_TOPIC).is_some() {
-        return Ok(());
-    }
-    let live = catalog.brokers.values().filter(|b| !b.fenced).count();
-    let rf = live.clamp(1, OFFSETS_TOPIC_REPLICATION_FACTOR) as i16;
+/// The CreateTopics request for `__consumer_offsets` with `rf` replicas.
+fn offsets_topic_request(
+    config: &crate::config::Config,
+    rf: i16,
+) -> crate::cluster::controller::ControllerRequest {
     let mut configs = std::collections::BTreeMap::new();
     // Kafka makes this topic compacted. Storage has no compaction yet, so instead the log
     // keeps every record forever (time retention would drop live offsets) and replay takes
@@ -484,17 +480,22 @@ pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
         "segment.bytes".to_string(),
         OFFSETS_SEGMENT_BYTES.to_string(),
     );
-    let req = crate::cluster::controller::ControllerRequest::CreateTopics {
+    crate::cluster::controller::ControllerRequest::CreateTopics {
         topics: vec![crate::cluster::controller::CreatableTopic {
             name: OFFSETS_TOPIC.to_string(),
-            num_partitions: ctx.shared.config.offsets_topic_num_partitions,
+            num_partitions: config.offsets_topic_num_partitions,
             replication_factor: rf,
             assignments: None,
             configs,
         }],
         validate_only: false,
-    };
-    match ctx.shared.quorum.request(req).await {
+    }
+}
+
+fn offsets_topic_created(
+    answer: Result<crate::cluster::controller::ControllerResponse, crate::cluster::quorum::QuorumError>,
+) -> Result<(), ErrorCode> {
+    match answer {
         Ok(crate::cluster::controller::ControllerResponse::CreateTopics { topics }) => {
             let code = topics.first().map(|t| t.status.error_code).unwrap_or(0);
             if code == 0 || code == ErrorCode::TopicAlreadyExists.code() {
@@ -505,6 +506,33 @@ pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
         }
         _ => Err(ErrorCode::CoordinatorNotAvailable),
     }
+}
+
+/// Creates `__consumer_offsets` through the controller if it does not exist yet (as Kafka
+/// does on the first FindCoordinator), with as many replicas as there are live brokers, up
+/// to Kafka's offsets.topic.replication.factor.
+pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
+    let catalog = ctx.shared.catalog.load();
+    if catalog.topic(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    let live = catalog.brokers.values().filter(|b| !b.fenced).count();
+    let rf = live.clamp(1, OFFSETS_TOPIC_REPLICATION_FACTOR) as i16;
+    let req = offsets_topic_request(&ctx.shared.config, rf);
+    offsets_topic_created(ctx.shared.quorum.request(req).await)
+}
+
+/// A single node creates `__consumer_offsets` before it serves (there is no one to wait
+/// for), so its groups are ready at once, as they were before clustering.
+pub fn ensure_offsets_topic_at_start(
+    quorum: &crate::cluster::quorum::Quorum,
+    catalog: &crate::cluster::catalog::CatalogStore,
+    config: &crate::config::Config,
+) -> Result<(), ErrorCode> {
+    if catalog.load().topic(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    offsets_topic_created(quorum.request_blocking(offsets_topic_request(config, 1)))
 }
 
 /// This broker now leads `__consumer_offsets`-`partition`: replay its groups into the
@@ -544,6 +572,17 @@ pub fn become_coordinator(ctx: &Rc<ShardCtx>, partition: i32) {
         }
     })
     .detach();
+}
+
+/// Waits (bounded) until every coordinator partition this shard leads has loaded, so a
+/// starting broker answers group requests at once rather than with LOAD_IN_PROGRESS.
+pub async fn wait_loaded(ctx: &Rc<ShardCtx>, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while ctx.groups.led.borrow().values().any(|loaded| !loaded)
+        && std::time::Instant::now() < deadline
+    {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// This broker no longer leads `__consumer_offsets`-`partition`: forget its groups (the

@@ -28,6 +28,9 @@ pub enum StartError {
     Executor { shard: usize, message: String },
 }
 
+/// How long a starting shard waits for its coordinator partitions to load before serving.
+const GROUP_LOAD_WAIT_SECS: u64 = 30;
+
 /// A running broker; `stop` shuts it down gracefully.
 pub struct Broker {
     handles: Vec<glommio::ExecutorJoinHandle<()>>,
@@ -104,6 +107,12 @@ pub fn start(config: Config) -> Result<Broker, StartError> {
         nr_shards as u32,
         Duration::from_millis(config.broker_heartbeat_interval_ms.max(1)),
     )?;
+    let single_node = config.voters().map(|v| v.len() <= 1).unwrap_or(false);
+    if single_node {
+        if let Err(e) = super::groups::ensure_offsets_topic_at_start(&quorum, &catalog, &config) {
+            warn!("cannot create __consumer_offsets yet ({e:?}); the first FindCoordinator will");
+        }
+    }
     let shared = Arc::new(Shared {
         config,
         nr_shards,
@@ -180,6 +189,7 @@ async fn shard_main(
     // Open (recovering) every replica placed on this shard and take the roles the metadata
     // gives it before accepting connections.
     super::replica::apply_metadata(&ctx).await;
+    super::groups::wait_loaded(&ctx, Duration::from_secs(GROUP_LOAD_WAIT_SECS)).await;
 
     let listener = match glommio::net::TcpListener::bind(shared.config.listen.as_str()) {
         Ok(l) => l,
