@@ -172,6 +172,8 @@ class Sender:
 
     def send(self, topic: str, n: int, partition: int = 0) -> list[Op]:
         ops = []
+        # Several Senders may share one history: continue after its last value.
+        self.seq = max(self.seq, len(self.history.ops))
         for _ in range(n):
             op = Op(0, 1, self.seq, partition, f"p0-{self.seq}")
             self.seq += 1
