@@ -158,7 +158,7 @@ mod tests {
     use super::*;
     use crate::cluster::controller::{ControllerConfig, CreatableTopic};
 
-    fn machine(dir: &std::path::Path) -> (ControllerMachine, Arc<CatalogStore>) {
+    fn machine(_dir: &std::path::Path) -> (ControllerMachine, Arc<CatalogStore>) {
         let store = Arc::new(CatalogStore::new(1, 1));
         let controller = Controller::with_seed(ControllerConfig::default(), 7);
         (ControllerMachine::new(controller, store.clone()), store)

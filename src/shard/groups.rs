@@ -493,7 +493,10 @@ fn offsets_topic_request(
 }
 
 fn offsets_topic_created(
-    answer: Result<crate::cluster::controller::ControllerResponse, crate::cluster::quorum::QuorumError>,
+    answer: Result<
+        crate::cluster::controller::ControllerResponse,
+        crate::cluster::quorum::QuorumError,
+    >,
 ) -> Result<(), ErrorCode> {
     match answer {
         Ok(crate::cluster::controller::ControllerResponse::CreateTopics { topics }) => {
