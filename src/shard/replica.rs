@@ -47,6 +47,10 @@ const FETCH_VERSION: i16 = 12;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 const LIST_OFFSETS_VERSION: i16 = 7;
 
+/// Kafka's replica.fetch.backoff.ms: how long a follower the leader refused waits before it
+/// tries again.
+const FOLLOWER_RETRY_BACKOFF_MS: u64 = 1000;
+
 pub struct LeaderRole {
     pub state: LeaderState,
     pub partition: Rc<Partition>,
@@ -59,6 +63,11 @@ pub struct FollowerRole {
     pub partition: Rc<Partition>,
     /// What to send the leader next; `None` while waiting for new metadata.
     pub next: Option<FollowerCommand>,
+    /// When the leader last refused us (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH): the
+    /// leader may simply not have applied the metadata naming it yet, so after a backoff
+    /// the follower starts over (validate, then fetch), as Kafka's fetcher retries a failed
+    /// partition after replica.fetch.backoff.ms.
+    pub stalled_at_ms: Option<u64>,
 }
 
 pub enum Role {
@@ -444,6 +453,7 @@ fn update_role(
             state,
             partition: p.clone(),
             next: (pm.leader >= 0).then_some(first),
+            stalled_at_ms: None,
         }),
     );
     drop(roles);
@@ -491,6 +501,7 @@ pub async fn metadata_loop(ctx: Rc<ShardCtx>) {
         if last_tick.elapsed() >= Duration::from_millis(REPLICA_TICK_MS) {
             last_tick = Instant::now();
             tick_leaders(&ctx);
+            retry_stalled_followers(&ctx);
         }
     }
 }
@@ -577,8 +588,44 @@ fn set_next(
 ) {
     if let Some(Role::Follower(fr)) = ctx.replicas.roles.borrow_mut().get_mut(tp) {
         if fr.state.leader() == leader && fr.state.leader_epoch() == epoch {
+            fr.stalled_at_ms = if next.is_none() {
+                Some(mono_ms())
+            } else {
+                None
+            };
             fr.next = next;
         }
+    }
+}
+
+/// Followers the leader refused start over once the backoff has passed (see
+/// `FollowerRole::stalled_at_ms`). A new metadata image replaces them anyway.
+fn retry_stalled_followers(ctx: &Rc<ShardCtx>) {
+    let now = mono_ms();
+    let mut restarted = false;
+    for role in ctx.replicas.roles.borrow_mut().values_mut() {
+        let Role::Follower(fr) = role else { continue };
+        let Some(since) = fr.stalled_at_ms else {
+            continue;
+        };
+        if fr.state.leader() < 0 || now.saturating_sub(since) < FOLLOWER_RETRY_BACKOFF_MS {
+            continue;
+        }
+        let p = &fr.partition;
+        let (state, first) = FollowerState::new(
+            fr.state.leader(),
+            fr.state.leader_epoch(),
+            p.log_end(),
+            p.hw(),
+            p.latest_epoch(),
+        );
+        fr.state = state;
+        fr.next = Some(first);
+        fr.stalled_at_ms = None;
+        restarted = true;
+    }
+    if restarted {
+        start_fetchers(ctx, &ctx.shared.catalog.load());
     }
 }
 
