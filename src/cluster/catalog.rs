@@ -6,24 +6,12 @@
 //! The data path never takes the mutex.
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
-
-#[derive(Debug, Error)]
-pub enum CatalogError {
-    #[error("catalog I/O on {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("catalog file {path} is corrupt: {message}")]
-    Corrupt { path: PathBuf, message: String },
-}
 
 /// One partition's replica set and leadership, as the controller records it (Kafka's
 /// PartitionRecord / PartitionChangeRecord state).
@@ -151,21 +139,11 @@ impl Catalog {
     pub(crate) fn unindex_topic(&mut self, id: u128) {
         self.ids.remove(&id);
     }
-    /// Partitions each shard of this broker owns, for balanced placement.
-    pub fn shard_load(&self, nr_shards: usize) -> Vec<usize> {
-        let mut load = vec![0; nr_shards];
-        for t in self.topics.values() {
-            for p in &t.partitions {
-                if let Some(l) = p
-                    .shard_of(self.local_node)
-                    .and_then(|s| load.get_mut(s as usize))
-                {
-                    *l += 1;
-                }
-            }
-        }
-        load
+    /// Brokers clients may be sent to: registered and not fenced (as KRaft's Metadata).
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerMeta> {
+        self.brokers.values().filter(|b| !b.fenced)
     }
+
     /// The shard of this broker owning `pm`, if this broker holds a replica. A shard number
     /// recorded when the broker ran more shards than it does now wraps around, so every
     /// replica still has exactly one owner.

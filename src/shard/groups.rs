@@ -519,7 +519,7 @@ pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
     if catalog.topic(OFFSETS_TOPIC).is_some() {
         return Ok(());
     }
-    let live = catalog.brokers.values().filter(|b| !b.fenced).count();
+    let live = catalog.live_brokers().count();
     let rf = live.clamp(1, OFFSETS_TOPIC_REPLICATION_FACTOR) as i16;
     let req = offsets_topic_request(&ctx.shared.config, rf);
     offsets_topic_created(ctx.shared.quorum.request(req).await)

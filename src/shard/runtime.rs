@@ -59,11 +59,6 @@ impl Broker {
             let _ = h.join();
         }
     }
-
-    /// A dedicated controller has no shards; it runs until stopped.
-    pub fn is_controller_only(&self) -> bool {
-        self.handles.is_empty()
-    }
 }
 
 /// Starts the broker: opens the catalog, then one executor per shard.

@@ -955,32 +955,36 @@ impl Partition {
     /// Resolves when the high watermark passes `offset` (returns it), or at `deadline`, or
     /// when the partition closes or fails. Consumer long polls.
     pub async fn wait_for_hw_beyond(&self, offset: i64, deadline: Instant) -> i64 {
-        let wait = async {
-            loop {
-                let listener = self.progress.listen();
-                {
-                    let inner = self.inner.borrow();
-                    if inner.high_watermark > offset || inner.closed || inner.failed.is_some() {
-                        return;
-                    }
-                }
-                listener.await;
-            }
-        };
-        let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-        futures_lite::future::or(wait, sleep).await;
+        self.wait_until(&self.progress, deadline, |inner| {
+            inner.high_watermark > offset
+        })
+        .await;
         self.high_watermark()
     }
 
     /// Resolves when the log end passes `offset` (returns it), or at `deadline`, or when the
     /// partition closes or fails. A leader long-polling for a follower's fetch.
     pub async fn wait_for_log_end_beyond(&self, offset: i64, deadline: Instant) -> i64 {
+        self.wait_until(&self.appended, deadline, |inner| inner.next_offset > offset)
+            .await;
+        self.log_end_offset()
+    }
+
+    /// Resolves when the high watermark moves past `offset`, or after `timeout`.
+    pub async fn wait_for_data(&self, offset: i64, timeout: Duration) {
+        self.wait_for_hw_beyond(offset, Instant::now() + timeout)
+            .await;
+    }
+
+    /// Waits on `notify` until `ready` holds (or the partition closes or fails), or until
+    /// `deadline`. The listener is taken before the check so no wake-up is missed.
+    async fn wait_until(&self, notify: &Notify, deadline: Instant, ready: impl Fn(&Inner) -> bool) {
         let wait = async {
             loop {
-                let listener = self.appended.listen();
+                let listener = notify.listen();
                 {
                     let inner = self.inner.borrow();
-                    if inner.next_offset > offset || inner.closed || inner.failed.is_some() {
+                    if ready(&inner) || inner.closed || inner.failed.is_some() {
                         return;
                     }
                 }
@@ -989,24 +993,6 @@ impl Partition {
         };
         let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
         futures_lite::future::or(wait, sleep).await;
-        self.log_end_offset()
-    }
-
-    /// Resolves when the high watermark moves past `offset`, or after `timeout`.
-    pub async fn wait_for_data(&self, offset: i64, timeout: Duration) {
-        let wait = async {
-            loop {
-                let listener = self.progress.listen();
-                {
-                    let inner = self.inner.borrow();
-                    if inner.high_watermark > offset || inner.closed || inner.failed.is_some() {
-                        return;
-                    }
-                }
-                listener.await;
-            }
-        };
-        futures_lite::future::or(wait, glommio::timer::sleep(timeout)).await;
     }
 
     /// The earliest batch (at or after the log start, below the high watermark) whose max

@@ -18,9 +18,7 @@ pub fn handle(
 ) -> DescribeClusterResponse {
     let catalog = ctx.shared.catalog.load();
     let brokers = catalog
-        .brokers
-        .values()
-        .filter(|b| !b.fenced)
+        .live_brokers()
         .map(|b| {
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(b.node_id))

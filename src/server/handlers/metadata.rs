@@ -21,9 +21,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> M
     // Live (unfenced) brokers only, as KRaft does: clients must not be sent to a broker the
     // controller has fenced.
     let brokers = catalog
-        .brokers
-        .values()
-        .filter(|b| !b.fenced)
+        .live_brokers()
         .map(|b| {
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(b.node_id))
