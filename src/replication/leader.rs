@@ -50,6 +50,9 @@ pub struct LeaderState {
     /// The ISR proposed in the AlterPartition in flight, if any.
     pending_isr: Option<Vec<i32>>,
     followers: Vec<FollowerProgress>,
+    /// Replicas the metadata image says may not join the ISR now (fenced or unregistered
+    /// brokers, KIP-841): the leader does not propose them, as the controller would refuse.
+    ineligible: Vec<i32>,
     local_leo: i64,
     hw: i64,
     lag_time_max_ms: u64,
@@ -102,6 +105,7 @@ impl LeaderState {
             isr,
             pending_isr: None,
             followers,
+            ineligible: Vec::new(),
             local_leo,
             hw,
             lag_time_max_ms,
@@ -274,6 +278,13 @@ impl LeaderState {
         commands
     }
 
+    /// The replicas the latest metadata image makes ineligible for the ISR (Kafka's
+    /// `isReplicaIsrEligible`). Without this a leader would propose a fenced follower again on
+    /// every fetch, each proposal refused with INELIGIBLE_REPLICA.
+    pub fn set_ineligible(&mut self, replicas: Vec<i32>) {
+        self.ineligible = replicas;
+    }
+
     /// Kafka's `isCaughtUp`: at the leader's end now, or caught up within the lag time.
     fn caught_up(&self, replica: i32, now_ms: u64) -> bool {
         self.followers
@@ -286,7 +297,10 @@ impl LeaderState {
     }
 
     fn maybe_expand_isr(&mut self, replica: i32, commands: &mut Vec<LeaderCommand>) {
-        if self.pending_isr.is_some() || self.isr.contains(&replica) {
+        if self.pending_isr.is_some()
+            || self.isr.contains(&replica)
+            || self.ineligible.contains(&replica)
+        {
             return;
         }
         let Some(leo) = self.follower_leo(replica) else {
@@ -376,6 +390,23 @@ mod tests {
         assert_eq!(l.hw(), 10);
         let cmds = l.handle_follower_fetch(2, 20, 5, 1).expect("fetch");
         assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
+    }
+
+    /// A caught-up follower on a fenced broker is not proposed for the ISR (the controller
+    /// would refuse it); once the image says it is live again, its next fetch proposes it.
+    #[test]
+    fn ineligible_follower_is_not_proposed() {
+        let mut l = leader(vec![1, 2]);
+        l.set_ineligible(vec![3]);
+        let cmds = l.handle_follower_fetch(3, 10, 5, 1).expect("fetch");
+        assert!(!l.alter_pending(), "proposed a fenced replica: {cmds:?}");
+        l.set_ineligible(Vec::new());
+        let cmds = l.handle_follower_fetch(3, 10, 5, 2).expect("fetch");
+        assert!(cmds.contains(&LeaderCommand::AlterIsr {
+            new_isr: vec![1, 2, 3],
+            leader_epoch: 5,
+            partition_epoch: 7,
+        }));
     }
 
     /// A follower that stops catching up is proposed for removal after the lag time, and

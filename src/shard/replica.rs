@@ -309,6 +309,7 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
     }
     let catalog = ctx.shared.catalog.load();
     let me = catalog.local_node;
+    let live: HashSet<i32> = catalog.live_brokers().map(|b| b.node_id).collect();
     let mut wanted = HashSet::new();
     for topic in catalog.topics.values() {
         let config = ctx.shared.topic_log_config(&topic.configs);
@@ -338,7 +339,13 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
             if p.config() != config {
                 p.set_config(config.clone());
             }
-            update_role(ctx, &tp, &p, pm, me, min_isr);
+            let ineligible: Vec<i32> = pm
+                .replicas
+                .iter()
+                .copied()
+                .filter(|r| !live.contains(r))
+                .collect();
+            update_role(ctx, &tp, &p, pm, me, min_isr, ineligible);
         }
     }
     // Replicas this shard no longer holds: the topic was deleted or the replica moved away.
@@ -379,6 +386,7 @@ fn update_role(
     pm: &PartitionMeta,
     me: i32,
     min_isr: usize,
+    ineligible: Vec<i32>,
 ) {
     let now = mono_ms();
     let lag = ctx.shared.config.replica_lag_time_max_ms;
@@ -389,6 +397,7 @@ fn update_role(
         if let Some(Role::Leader(l)) = current {
             if l.state.leader_epoch() == pm.leader_epoch {
                 l.min_isr = min_isr;
+                l.state.set_ineligible(ineligible);
                 if pm.partition_epoch > l.state.partition_epoch() {
                     let cmds = l
                         .state
@@ -404,7 +413,7 @@ fn update_role(
         let leo = p.log_end();
         p.set_leader_epoch(pm.leader_epoch);
         let hw = p.hw().min(leo);
-        let state = LeaderState::new(
+        let mut state = LeaderState::new(
             me,
             pm.leader_epoch,
             pm.partition_epoch,
@@ -416,6 +425,7 @@ fn update_role(
             now,
             lag,
         );
+        state.set_ineligible(ineligible);
         info!(topic = %tp.topic, partition = tp.partition, epoch = pm.leader_epoch, leo, hw, "leading");
         roles.insert(
             tp.clone(),

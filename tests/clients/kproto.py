@@ -108,6 +108,64 @@ def api_versions(bootstrap: str, timeout_s: float = 5.0) -> dict[int, tuple[int,
     return apis
 
 
+def _read_string(body: bytes, pos: int) -> tuple[str | None, int]:
+    (n,) = struct.unpack(">h", body[pos:pos + 2])
+    pos += 2
+    if n < 0:
+        return None, pos
+    return body[pos:pos + n].decode(), pos + n
+
+
+def _read_int32s(body: bytes, pos: int) -> tuple[list[int], int]:
+    (n,) = struct.unpack(">i", body[pos:pos + 4])
+    pos += 4
+    values = list(struct.unpack(f">{max(n, 0)}i", body[pos:pos + 4 * max(n, 0)]))
+    return values, pos + 4 * max(n, 0)
+
+
+def metadata_v1(address: str, topic: str, timeout_s: float = 5.0) -> dict:
+    """This one broker's own view of `topic` (Metadata v1 on a fresh connection, so no client
+    routes the request elsewhere): {"controller": id, "brokers": [ids], "error": code,
+    "partitions": {index: (error, leader, replicas, isr)}}."""
+    body = struct.pack(">i", 1) + kstring(topic)
+    with connect(address, timeout_s) as sock:
+        sock.sendall(request(API_METADATA, 1, 11, body))
+        corr, resp = recv_response(sock)
+    if corr != 11:
+        raise ProtocolError(f"correlation id {corr} != 11")
+    pos = 0
+    (n_brokers,) = struct.unpack(">i", resp[pos:pos + 4])
+    pos += 4
+    brokers = []
+    for _ in range(n_brokers):
+        (node_id,) = struct.unpack(">i", resp[pos:pos + 4])
+        _host, pos = _read_string(resp, pos + 4)
+        pos += 4  # port
+        _rack, pos = _read_string(resp, pos)
+        brokers.append(node_id)
+    (controller,) = struct.unpack(">i", resp[pos:pos + 4])
+    pos += 4
+    (n_topics,) = struct.unpack(">i", resp[pos:pos + 4])
+    pos += 4
+    view = {"controller": controller, "brokers": brokers, "error": None, "partitions": {}}
+    for _ in range(n_topics):
+        (error,) = struct.unpack(">h", resp[pos:pos + 2])
+        name, pos = _read_string(resp, pos + 2)
+        pos += 1  # is_internal
+        (n_parts,) = struct.unpack(">i", resp[pos:pos + 4])
+        pos += 4
+        parts = {}
+        for _ in range(n_parts):
+            p_error, index, leader = struct.unpack(">hii", resp[pos:pos + 10])
+            replicas, pos = _read_int32s(resp, pos + 10)
+            isr, pos = _read_int32s(resp, pos)
+            parts[index] = (p_error, leader, replicas, isr)
+        if name == topic:
+            view["error"] = error
+            view["partitions"] = parts
+    return view
+
+
 # ---- record batch v2 -------------------------------------------------------------------------
 
 def varint(n: int) -> bytes:

@@ -31,6 +31,7 @@ import ctypes
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -384,8 +385,30 @@ class Cluster:
                     return None
                 if full_isr and sorted(p.isrs) != sorted(p.replicas):
                     return None
+            if full_isr and not self.nodes_agree(topic, parts):
+                return None
             return parts
         return self.poll_until(f"topic {topic} leaders{' and full ISR' if full_isr else ''}", check, timeout_s)
+
+    def nodes_agree(self, topic: str, parts: dict) -> bool:
+        """Every live, reachable node answers Metadata itself with the same leaders and ISRs
+        as `parts`. A node cut off from the quorum still serves its stale image, so one
+        client's view is not enough to call a healed cluster settled."""
+        cut = self.net.isolated if self.net is not None else set()
+        for n, node in self.nodes.items():
+            if not node.alive() or node.paused or n in cut:
+                continue
+            try:
+                view = kproto.metadata_v1(node.address, topic, timeout_s=3)
+            except (OSError, kproto.ProtocolError, struct.error):
+                return False
+            if view["error"] != 0 or len(view["partitions"]) != len(parts):
+                return False
+            for i, p in parts.items():
+                _err, leader, _replicas, isr = view["partitions"].get(i, (0, -1, [], []))
+                if leader != p.leader or sorted(isr) != sorted(p.isrs):
+                    return False
+        return True
 
     def leader(self, topic: str, partition: int, timeout_s: float = 30, not_on: int | None = None) -> int:
         """The current leader's node id, waiting for one that is alive (and not `not_on`)."""

@@ -10,6 +10,15 @@
 //! and a full queue drops the frame (raft tolerates loss; forwarded requests are retried by
 //! their origin). A peer that cannot be reached is redialled with exponential backoff. Bytes
 //! read from the network are never trusted: a bad length or kind closes that connection.
+//!
+//! A silent network (a partition that drops packets, not connections) must not leave a
+//! connection that looks alive: writes would keep landing in the kernel's send buffer while
+//! TCP retransmits with exponential backoff, and after the network heals the peer would hear
+//! nothing for tens of seconds. Every dialled socket therefore has `TCP_USER_TIMEOUT`
+//! ([`UNACKED_TIMEOUT`], in the spirit of KRaft's `controller.quorum.request.timeout.ms`): data
+//! unacknowledged that long aborts the connection and the sender redials. A reader drops an
+//! inbound connection that stayed silent for [`INBOUND_IDLE_MAX`], so the threads of dead
+//! connections do not pile up against [`INBOUND_CONNECTIONS_MAX`].
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -33,6 +42,11 @@ const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(20);
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_millis(1000);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 const WRITE_TIMEOUT: Duration = Duration::from_millis(5000);
+/// Sent data unacknowledged for this long aborts a dialled connection (`TCP_USER_TIMEOUT`).
+pub const UNACKED_TIMEOUT: Duration = Duration::from_millis(3000);
+/// An inbound connection with no bytes for this long is closed; its peer redials when it has
+/// something to say. Leaders send heartbeats far more often.
+pub const INBOUND_IDLE_MAX: Duration = Duration::from_secs(30);
 /// How often blocked reads and queue waits look at the shutdown flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const FRAME_HEADER_BYTES: usize = 5;
@@ -371,10 +385,8 @@ fn send_loop(
             Err(flume::RecvTimeoutError::Disconnected) => return,
         };
         if conn.is_none() && Instant::now() >= next_dial {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            match dial(addr) {
                 Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
                     conn = Some(s);
                     backoff = RECONNECT_BACKOFF_MIN;
                 }
@@ -404,6 +416,38 @@ fn send_loop(
     }
 }
 
+/// Connects to a peer with the options every dialled connection needs.
+fn dial(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    set_user_timeout(&s, UNACKED_TIMEOUT)?;
+    Ok(s)
+}
+
+/// `TCP_USER_TIMEOUT` (Linux): how long transmitted data may stay unacknowledged before the
+/// kernel aborts the connection.
+fn set_user_timeout(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ms = libc::c_uint::try_from(timeout.as_millis()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: a valid socket descriptor owned by `s`, and a pointer to a live c_uint whose
+    // size is passed alongside it.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// A request/response connection from an observer to one voter.
 pub struct ClientConnection {
     pub addr: SocketAddr,
@@ -428,11 +472,7 @@ impl ClientConnection {
     fn call_inner(&mut self, frame: &Frame, timeout: Duration) -> Result<Frame, String> {
         let bytes = frame.encode().map_err(|e| e.to_string())?;
         if self.stream.is_none() {
-            let s = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT)
-                .map_err(|e| e.to_string())?;
-            let _ = s.set_nodelay(true);
-            let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
-            self.stream = Some(s);
+            self.stream = Some(dial(self.addr).map_err(|e| e.to_string())?);
         }
         let s = self.stream.as_mut().ok_or("not connected")?;
         s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
@@ -490,14 +530,24 @@ fn read_loop(mut stream: TcpStream, events: &flume::Sender<Event>, shutdown: &At
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    let mut last_heard = Instant::now();
     loop {
         if shutdown.load(Ordering::Acquire) {
             return;
         }
         match stream.read(&mut chunk) {
             Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Ok(n) => {
+                last_heard = Instant::now();
+                buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if last_heard.elapsed() >= INBOUND_IDLE_MAX {
+                    tracing::debug!("metadata log connection idle; closing it");
+                    return;
+                }
+                continue;
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return,
         }
