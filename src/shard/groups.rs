@@ -603,11 +603,13 @@ pub fn resign(ctx: &Rc<ShardCtx>, partition: i32) {
 async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -> usize {
     let mut offset = p.log_start_offset();
     // To the log end, as Kafka does: a new leader never truncates its own log, so records
-    // past the high watermark become committed once the followers catch up.
+    // past the high watermark become committed once the followers catch up. `read` would
+    // stop at the local HW, which on a follower just promoted lags the old leader's: the
+    // last commits the old coordinator acknowledged would be missing.
     let end = p.log_end();
     let mut count = 0;
     while offset < end {
-        let read = match p.read(offset, LOAD_READ_BYTES).await {
+        let read = match p.read_bounded(offset, LOAD_READ_BYTES, end).await {
             Ok(r) => r,
             Err(e) => {
                 warn!(partition, offset, "cannot read __consumer_offsets: {e}");
