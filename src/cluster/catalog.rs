@@ -144,6 +144,19 @@ impl Catalog {
         self.brokers.values().filter(|b| !b.fenced)
     }
 
+    /// The controller id to tell clients. Clients send admin requests (CreateTopics, ...) to
+    /// it, so it must be a live broker: the active controller when it is one (combined
+    /// mode), else this broker, which forwards to the quorum — as KRaft brokers report a live
+    /// broker, never a dedicated controller. -1 when neither is known.
+    pub fn controller_for_clients(&self, active: Option<i32>) -> i32 {
+        let live = |id: i32| self.live_brokers().any(|b| b.node_id == id);
+        match active {
+            Some(id) if live(id) => id,
+            _ if live(self.local_node) => self.local_node,
+            _ => self.live_brokers().map(|b| b.node_id).min().unwrap_or(-1),
+        }
+    }
+
     /// The shard of this broker owning `pm`, if this broker holds a replica. A shard number
     /// recorded when the broker ran more shards than it does now wraps around, so every
     /// replica still has exactly one owner.

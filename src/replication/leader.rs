@@ -237,6 +237,39 @@ impl LeaderState {
         commands
     }
 
+    /// A newer metadata image for this leader epoch changed the replica set (a reassignment
+    /// added or removed replicas, KIP-455) and possibly the ISR. An added replica starts out
+    /// of sync with an unknown LEO and joins the ISR by catching up like any follower; a
+    /// removed one stops counting. Stale images (an older partition epoch) are ignored.
+    pub fn handle_partition_change(
+        &mut self,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        partition_epoch: i32,
+    ) -> Vec<LeaderCommand> {
+        if partition_epoch < self.partition_epoch {
+            return Vec::new();
+        }
+        if replicas != self.replicas {
+            let local = self.local;
+            self.followers
+                .retain(|f| replicas.contains(&f.replica) && f.replica != local);
+            for &replica in &replicas {
+                if replica != local && !self.followers.iter().any(|f| f.replica == replica) {
+                    self.followers.push(FollowerProgress {
+                        replica,
+                        leo: -1,
+                        last_caught_up_ms: 0,
+                        last_fetch_leader_leo: -1,
+                        last_fetch_ms: 0,
+                    });
+                }
+            }
+            self.replicas = replicas;
+        }
+        self.handle_isr_committed(isr, partition_epoch)
+    }
+
     /// The controller accepted an ISR (our proposal, or a newer metadata image for this
     /// leader epoch). Stale images (an older partition epoch) are ignored.
     pub fn handle_isr_committed(
@@ -390,6 +423,38 @@ mod tests {
         assert_eq!(l.hw(), 10);
         let cmds = l.handle_follower_fetch(2, 20, 5, 1).expect("fetch");
         assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
+    }
+
+    /// A replica added by a reassignment is tracked from its first fetch and proposed for
+    /// the ISR once caught up; a removed one no longer holds the HW back.
+    #[test]
+    fn reassignment_adds_and_removes_followers() {
+        let mut l = leader(vec![1, 2, 3]);
+        assert_eq!(
+            l.handle_follower_fetch(4, 0, 5, 1),
+            Err(ReplicaError::NotLeaderOrFollower)
+        );
+        l.handle_partition_change(vec![1, 2, 3, 4], vec![1, 2, 3], 8);
+        l.handle_follower_fetch(2, 10, 5, 1).expect("fetch");
+        l.handle_follower_fetch(3, 10, 5, 1).expect("fetch");
+        assert!(!l.alter_pending());
+        let cmds = l.handle_follower_fetch(4, 10, 5, 2).expect("fetch");
+        assert!(cmds.contains(&LeaderCommand::AlterIsr {
+            new_isr: vec![1, 2, 3, 4],
+            leader_epoch: 5,
+            partition_epoch: 8,
+        }));
+        l.handle_isr_committed(vec![1, 2, 3, 4], 9);
+        // Replica 3 leaves the assignment: it no longer holds the HW back.
+        l.handle_partition_change(vec![1, 2, 4], vec![1, 2, 4], 10);
+        l.handle_local_leo(20, 3);
+        l.handle_follower_fetch(2, 20, 5, 3).expect("fetch");
+        l.handle_follower_fetch(4, 20, 5, 3).expect("fetch");
+        assert_eq!(l.hw(), 20);
+        assert_eq!(
+            l.handle_follower_fetch(3, 10, 5, 3),
+            Err(ReplicaError::NotLeaderOrFollower)
+        );
     }
 
     /// A caught-up follower on a fenced broker is not proposed for the ISR (the controller

@@ -399,9 +399,11 @@ fn update_role(
                 l.min_isr = min_isr;
                 l.state.set_ineligible(ineligible);
                 if pm.partition_epoch > l.state.partition_epoch() {
-                    let cmds = l
-                        .state
-                        .handle_isr_committed(pm.isr.clone(), pm.partition_epoch);
+                    let cmds = l.state.handle_partition_change(
+                        pm.replicas.clone(),
+                        pm.isr.clone(),
+                        pm.partition_epoch,
+                    );
                     let part = l.partition.clone();
                     drop(roles);
                     run_leader_commands(ctx, tp, &part, cmds);

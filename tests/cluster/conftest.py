@@ -1,6 +1,6 @@
 """pytest fixtures: clusters and namespaces that are always torn down, even when a test fails.
 
-`cluster_factory(size=3, network="loopback"|"netns", controller=True)` builds and starts a
+`cluster_factory(size=3, network="loopback"|"netns", controller=True, roles=None)` builds and starts a
 Cluster under the test's tmp_path; the finalizer kills every node and removes the namespaces.
 `network_or_fail(nodes)` builds a netns.Network: failure to do so fails the test unless
 STRATA_SKIP_NETNS=1, in which case it skips (loudly, with the reason).
@@ -43,10 +43,10 @@ def cluster_factory(tmp_path, network_or_fail, request):
     made: list[Cluster] = []
 
     def make(size: int = 3, network: str = "loopback", controller: bool = True, start: bool = True,
-             env: dict[str, str] | None = None) -> Cluster:
+             env: dict[str, str] | None = None, roles: dict[int, str] | None = None) -> Cluster:
         net = network_or_fail(list(range(1, size + 1))) if network == "netns" else None
         c = Cluster(tmp_path / f"cluster{len(made)}", size=size, network=network, net=net,
-                    controller=controller, env=env)
+                    controller=controller, env=env, roles=roles)
         made.append(c)
         request.node.strata_clusters = made  # for the failure report below
         return c.start() if start else c

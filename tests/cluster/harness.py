@@ -103,8 +103,10 @@ class Node:
     """One `strata serve` process; its dirs and ports stay fixed across restarts."""
 
     def __init__(self, node_id: int, root: Path, host: str, port: int, controller_port: int,
-                 exec_prefix: list[str] | None = None, env: dict[str, str] | None = None):
+                 exec_prefix: list[str] | None = None, env: dict[str, str] | None = None,
+                 roles: str = "broker,controller"):
         self.node_id = node_id
+        self.roles = roles  # Kafka's process.roles: "broker", "controller" or both
         self.data_dir = root / f"node{node_id}" / "data"
         self.log_dir = root / "logs"
         self.host = host
@@ -123,6 +125,14 @@ class Node:
         return f"{self.host}:{self.port}"
 
     @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
     def controller_address(self) -> str:
         return f"{self.host}:{self.controller_port}"
 
@@ -138,7 +148,9 @@ class Node:
                "--data-dir", str(self.data_dir),
                "--shards", "1"]
         if voters is not None:
-            cmd += ["--controller-listen", self.controller_address, "--controller-voters", voters]
+            cmd += ["--controller-voters", voters, "--process-roles", self.roles]
+            if self.is_controller:
+                cmd += ["--controller-listen", self.controller_address]
         return cmd
 
     def start(self, voters: str | None, wait: bool = True) -> "Node":
@@ -159,7 +171,8 @@ class Node:
         return self
 
     def wait_listening(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """The Kafka listener answers ApiVersions (the node may not be registered yet)."""
+        """The Kafka listener answers ApiVersions (the node may not be registered yet); a
+        dedicated controller has no Kafka listener, so its controller port must accept."""
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         while time.monotonic() < deadline:
@@ -167,13 +180,29 @@ class Node:
                 raise RuntimeError(f"node {self.node_id} exited with {self.proc and self.proc.returncode} "
                                    f"before listening:\n{self.log_tail()}")
             try:
-                kproto.api_versions(self.address, timeout_s=2.0)
+                if self.is_broker:
+                    kproto.api_versions(self.address, timeout_s=2.0)
+                else:
+                    socket.create_connection((self.host, self.controller_port), timeout=2.0).close()
                 return
             except (OSError, kproto.ProtocolError) as e:
                 last = e
                 time.sleep(0.05)
         raise TimeoutError(f"node {self.node_id} not listening on {self.address} after {timeout_s}s "
                            f"({last}):\n{self.log_tail()}")
+
+    def wait_log(self, text: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """This start's log contains `text` (e.g. a dedicated controller's "metadata log
+        caught up", which has no Kafka listener to ask)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if text in self.log_path.read_text(errors="replace"):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"node {self.node_id}: {text!r} not logged in {timeout_s}s:\n{self.log_tail()}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -219,8 +248,11 @@ class Node:
 
 class Cluster:
     def __init__(self, root: Path, size: int = 3, network: str = "loopback", net=None,
-                 controller: bool = True, env: dict[str, str] | None = None):
-        """network="netns" needs `net`, a set-up netns.Network holding nodes 1..size."""
+                 controller: bool = True, env: dict[str, str] | None = None,
+                 roles: dict[int, str] | None = None):
+        """network="netns" needs `net`, a set-up netns.Network holding nodes 1..size. `roles`
+        gives some nodes other process roles than broker+controller (a dedicated-controller
+        layout: {1: "controller", ..., 4: "broker"})."""
         assert network in ("loopback", "netns")
         assert network == "loopback" or net is not None
         self.root = Path(root)
@@ -228,13 +260,17 @@ class Cluster:
         self.net = net
         self.faults: list[dict] = []  # every fault injected, for the run summary
         node_env = {**(CLUSTER_ENV if controller else {}), **(env or {})}
+        self.node_env = node_env
+        roles = roles or {}
         self.nodes: dict[int, Node] = {}
         for n in range(1, size + 1):
+            role = roles.get(n, "broker,controller")
             if network == "netns":
                 self.nodes[n] = Node(n, self.root, net.address(n), NETNS_KAFKA_PORT, NETNS_CONTROLLER_PORT,
-                                     net.exec_prefix(n), node_env)
+                                     net.exec_prefix(n), node_env, role)
             else:
-                self.nodes[n] = Node(n, self.root, "127.0.0.1", free_port(), free_port(), None, node_env)
+                self.nodes[n] = Node(n, self.root, "127.0.0.1", free_port(), free_port(), None, node_env,
+                                     role)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -242,11 +278,16 @@ class Cluster:
     def voters(self) -> str | None:
         if not self.controller:
             return None
-        return ",".join(f"{n}@{node.controller_address}" for n, node in self.nodes.items())
+        return ",".join(f"{n}@{node.controller_address}" for n, node in self.nodes.items()
+                        if node.is_controller)
+
+    @property
+    def brokers(self) -> set[int]:
+        return {n for n, node in self.nodes.items() if node.is_broker}
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(node.address for node in self.nodes.values())
+        return ",".join(node.address for node in self.nodes.values() if node.is_broker)
 
     def start(self, wait_registered: bool = True) -> "Cluster":
         # All start before any is awaited: a Raft quorum needs a majority up to elect anyone.
@@ -255,15 +296,27 @@ class Cluster:
         for node in self.nodes.values():
             node.wait_listening()
         if wait_registered:
-            self.wait_brokers(set(self.nodes))
+            self.wait_brokers(self.brokers)
         return self
+
+    def add_broker(self, wait_registered: bool = True) -> int:
+        """Scale-out: starts a new broker-only node (the next id; loopback only) that joins
+        the running cluster as a metadata observer. Returns its id."""
+        assert self.net is None, "add_broker() is loopback only"
+        n = max(self.nodes) + 1
+        self.nodes[n] = Node(n, self.root, "127.0.0.1", free_port(), free_port(), None, self.node_env,
+                             "broker")
+        self.nodes[n].start(self.voters)
+        if wait_registered:
+            self.wait_brokers({n}, subset=True)
+        return n
 
     def restart(self, n: int, wait_registered: bool = True) -> None:
         node = self.nodes[n]
         if node.alive():
             node.kill9()
         node.start(self.voters)
-        if wait_registered:
+        if wait_registered and node.is_broker:
             self.wait_brokers({n}, subset=True)
 
     def stop_all(self) -> dict[int, int | str | None]:
@@ -336,7 +389,7 @@ class Cluster:
     def live_bootstrap(self) -> str:
         cut = self.net.isolated if self.net is not None else set()
         live = [node.address for n, node in self.nodes.items()
-                if node.alive() and not node.paused and n not in cut]
+                if node.is_broker and node.alive() and not node.paused and n not in cut]
         return ",".join(live) or self.bootstrap
 
     def metadata(self, topic: str | None = None, timeout_s: float = 5.0):
@@ -396,7 +449,7 @@ class Cluster:
         client's view is not enough to call a healed cluster settled."""
         cut = self.net.isolated if self.net is not None else set()
         for n, node in self.nodes.items():
-            if not node.alive() or node.paused or n in cut:
+            if not node.is_broker or not node.alive() or node.paused or n in cut:
                 continue
             try:
                 view = kproto.metadata_v1(node.address, topic, timeout_s=3)

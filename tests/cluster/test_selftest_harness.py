@@ -46,6 +46,7 @@ def test_cluster_command_line_contract(tmp_path):
         "--shards": "1",
         "--controller-listen": n2.controller_address,
         "--controller-voters": ",".join(f"{i}@127.0.0.1:{c.nodes[i].controller_port}" for i in (1, 2, 3)),
+        "--process-roles": "broker,controller",
     }
     assert n2.env == CLUSTER_ENV
     assert len({n.port for n in c.nodes.values()} | {n.controller_port for n in c.nodes.values()}) == 6

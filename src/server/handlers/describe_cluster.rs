@@ -27,7 +27,7 @@ pub fn handle(
                 .with_rack(b.rack.as_deref().map(str_bytes))
         })
         .collect();
-    let controller = ctx.shared.quorum.active_controller().unwrap_or(-1);
+    let controller = catalog.controller_for_clients(ctx.shared.quorum.active_controller());
     let resp = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&catalog.cluster_id))
         .with_controller_id(BrokerId(controller))

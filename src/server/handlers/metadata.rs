@@ -30,7 +30,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> M
                 .with_rack(b.rack.as_deref().map(str_bytes))
         })
         .collect();
-    let controller = ctx.shared.quorum.active_controller().unwrap_or(-1);
+    let controller = catalog.controller_for_clients(ctx.shared.quorum.active_controller());
     let mut resp = MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(str_bytes(&catalog.cluster_id)))
