@@ -19,13 +19,13 @@ export STRATA_BIN="${STRATA_BIN:-$PWD/target/release/strata}"
 echo "=== pytest tests/clients (broker: ${STRATA_TEST_BROKER:-strata}) ==="
 "$python" -m pytest -v tests/clients "$@" || status=1
 
-# The 3-node cluster suite: harness/checker/netns self-tests and the replication smoke test
-# (RF 3, min ISR 2: leader-only produce, ISR shrink on a dead follower, NOT_ENOUGH_REPLICAS,
-# nothing acknowledged with one replica left, recovery after restarts, every acked record
-# read back). The fault tests under load (`-m faults`: kill -9, SIGSTOP, network partitions,
-# controller failover, each with the Jepsen-style checker) do not pass yet — issue 5 is open —
-# so they are run by `tests/cluster/run-faults.sh`, not here.
-echo "=== pytest tests/cluster (not faults) ==="
-"$python" -m pytest -v tests/cluster -m "not faults" "$@" || status=1
+# The cluster suite (tests/cluster): harness/checker/netns self-tests, the replication smoke
+# test, and — with real `strata serve` processes under load from acks=all producers and a
+# consumer — kill -9 of the leader (repeatedly), SIGSTOP of the leader, a network partition
+# isolating the leader (netns + iptables/nft), kill -9 of the active controller, consumer-group
+# coordinator failover, scale-out with partition reassignment and preferred election, and the
+# dedicated-controller layout; each fault test ends in the Jepsen-style checker.
+echo "=== pytest tests/cluster ==="
+"$python" -m pytest -v tests/cluster "$@" || status=1
 
 exit "$status"

@@ -962,8 +962,22 @@ async fn send_fetch(
             s.handle_fetch_response(offset, p.log_end(), hw)
         });
         run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
+        follow_log_start(&w.tp, p, a.log_start_offset).await;
     }
     true
+}
+
+/// The leader's log start moved (DeleteRecords, or its retention): move ours along, as
+/// Kafka's followers do with the log start offset in every fetch response, never past our
+/// own HW (only committed records are ever deleted).
+async fn follow_log_start(tp: &TopicPartition, p: &Partition, leader_log_start: i64) {
+    let target = leader_log_start.min(p.hw());
+    if target <= p.log_start() {
+        return;
+    }
+    if let Err(e) = p.delete_records(target).await {
+        warn!(topic = %tp.topic, partition = tp.partition, target, "following the leader's log start: {e}");
+    }
 }
 
 fn with_expected(ctx: &ShardCtx, tp: &TopicPartition, leader: i32, epoch: i32) -> Option<i64> {

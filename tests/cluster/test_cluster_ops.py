@@ -1,5 +1,5 @@
 """Operating a running cluster under load: online scale-out with partition reassignment,
-preferred-leader election, and the dedicated-controller layout.
+preferred-leader election, the dedicated-controller layout, and DeleteRecords on replicas.
 
 Each test runs the checker's workload (two acks=all producers, idempotence on, and an
 observing consumer) for its whole length and ends in verify.py's checks (no acknowledged write
@@ -14,9 +14,12 @@ import json
 import subprocess
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from checker import Workload
 from harness import Cluster, require_cluster_support, strata_bin
+import kproto  # after harness, which puts tests/clients on sys.path
+import replica_fetch
 from verify import verify_cluster
 
 pytestmark = [pytest.mark.cluster]
@@ -24,6 +27,7 @@ pytestmark = [pytest.mark.cluster]
 TOPIC = "moves"
 PARTITIONS = 3
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
+OFFSET_OUT_OF_RANGE = 1
 SETTLE_TIMEOUT_S = 60  # a moved replica copies the partition, then joins the ISR
 
 
@@ -159,3 +163,50 @@ def test_dedicated_controllers(cluster_factory, request):
         c.nodes[n].wait_log("metadata log caught up")
     progress(w)
     verify_cluster(c, w.stop(), TOPIC, PARTITIONS, request.node.nodeid, controllers_killed=[1, 2, 3])
+
+
+def follower_log_start_reached(c: Cluster, topic: str, followers: list[int], start: int) -> bool:
+    """Each follower, read as Kafka's debugging consumer (replica id -2, served from its own
+    log), refuses offset start-1 as out of range and serves offset `start`."""
+    for n in followers:
+        with kproto.connect(c.nodes[n].address, 5) as sock:
+            for corr, offset in ((1, start - 1), (2, start)):
+                sock.sendall(kproto.request(replica_fetch.API_FETCH, 4, corr,
+                                            replica_fetch.fetch_body(topic, 0, offset)))
+                _corr, body = kproto.recv_response(sock)
+                error, _hw, _records = replica_fetch.parse_fetch_v4(body)
+                if error != (OFFSET_OUT_OF_RANGE if offset < start else 0):
+                    return False
+    return True
+
+
+def test_delete_records_reaches_followers(cluster_factory):
+    """Proves DeleteRecords is replicated, as Kafka's followers follow the leader's log start
+    offset from fetch responses: after deleting below offset 50 on the leader, every follower
+    refuses offsets below 50; the leader is then killed and the new leader reports 50 as the
+    earliest offset."""
+    c = cluster_factory()
+    topic = "trimmed"
+    c.create_topic(topic, 1, 3, TOPIC_CONFIG)
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(100):
+        p.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    admin = c.admin()  # must outlive the future
+    result = admin.delete_records([TopicPartition(topic, 0, 50)], operation_timeout=30, request_timeout=30)
+    assert list(result.values())[0].result(timeout=30).low_watermark == 50
+
+    old = c.leader(topic, 0)
+    followers = [n for n in c.partitions(topic)[0].replicas if n != old]
+    c.poll_until("followers' log start at 50",
+                 lambda: follower_log_start_reached(c, topic, followers, 50), 20)
+    c.kill9(old)
+    c.leader(topic, 0, not_on=old, timeout_s=20)
+
+    def watermarks():
+        cons = Consumer({"bootstrap.servers": c.live_bootstrap(), "group.id": "trim-check"})
+        try:
+            return cons.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        finally:
+            cons.close()
+    assert c.poll_until("watermarks from the new leader", watermarks, 20) == (50, 100)
