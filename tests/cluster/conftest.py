@@ -65,3 +65,37 @@ def pytest_runtest_makereport(item, call):
     if report.when in ("setup", "call") and report.failed:
         for i, c in enumerate(getattr(item, "strata_clusters", [])):
             report.sections.append((f"cluster {i} node logs", c.log_tails(60)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per checked run of this session (from last-run.json): faults injected,
+    operations, records and replica records checked, violations — so a CI log records what
+    the fault tests actually exercised, not just that they passed."""
+    import json
+
+    from checker import SESSION_ID, SUMMARY_PATH
+
+    try:
+        data = json.loads(SUMMARY_PATH.read_text())
+    except (OSError, ValueError):
+        return
+    if data.get("session") != SESSION_ID or not data.get("runs"):
+        return
+    tr = terminalreporter
+    tr.section("cluster checker runs")
+    totals = {"faults": 0, "ops": 0, "records": 0, "replica_records": 0}
+    for test_id, s in sorted(data["runs"].items()):
+        faults = s.get("faults_injected", 0)
+        ops = s.get("operations", 0)
+        records = s.get("records_checked", 0)
+        replica_records = s.get("replica_records_checked", 0)
+        totals["faults"] += faults
+        totals["ops"] += ops
+        totals["records"] += records
+        totals["replica_records"] += replica_records
+        tr.write_line(f"{'PASS' if s.get('passed') else 'FAIL'} {test_id}: faults {faults}, "
+                      f"operations {ops}, records checked {records}, replica records {replica_records}, "
+                      f"violations {len(s.get('violations', []))}")
+    tr.write_line(f"total: {len(data['runs'])} checked runs, faults {totals['faults']}, operations "
+                  f"{totals['ops']}, records checked {totals['records']}, replica records "
+                  f"{totals['replica_records']}")
