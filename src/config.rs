@@ -128,6 +128,14 @@ pub struct Config {
     /// Kafka's broker.session.timeout.ms: a broker silent this long is fenced and loses
     /// its leaderships.
     pub broker_session_timeout_ms: u64,
+    /// Kafka's auto.leader.rebalance.enable: the controller moves leadership back to each
+    /// partition's preferred replica (the first assigned) when it is in sync again.
+    pub auto_leader_rebalance_enable: bool,
+    /// Kafka's leader.imbalance.check.interval.seconds.
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// Kafka's leader.imbalance.per.broker.percentage: a broker is rebalanced when more than
+    /// this share of the partitions it prefers are led by others.
+    pub leader_imbalance_per_broker_percentage: u32,
     /// Kafka's broker.heartbeat.interval.ms.
     pub broker_heartbeat_interval_ms: u64,
 }
@@ -176,6 +184,9 @@ impl Default for Config {
             replica_fetch_max_bytes: 1_048_576,
             replica_fetch_response_max_bytes: 10_485_760,
             broker_session_timeout_ms: 9_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds: 300,
+            leader_imbalance_per_broker_percentage: 10,
             broker_heartbeat_interval_ms: 2_000,
         }
     }

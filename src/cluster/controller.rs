@@ -274,8 +274,13 @@ pub struct ControllerConfig {
     pub default_replication_factor: i16,
     /// Used for CreateTopics with -1 partitions.
     pub default_num_partitions: i32,
-    /// Move leadership back to preferred replicas on tick (auto.leader.rebalance.enable).
+    /// Move leadership back to preferred replicas (auto.leader.rebalance.enable).
     pub auto_leader_rebalance: bool,
+    /// How often the rebalance looks (leader.imbalance.check.interval.seconds, in ms).
+    pub leader_imbalance_check_interval_ms: u64,
+    /// A broker whose share of preferred partitions led by others exceeds this percentage
+    /// gets them back (leader.imbalance.per.broker.percentage).
+    pub leader_imbalance_per_broker_percentage: u32,
 }
 
 impl Default for ControllerConfig {
@@ -285,6 +290,8 @@ impl Default for ControllerConfig {
             default_replication_factor: 1,
             default_num_partitions: 1,
             auto_leader_rebalance: false,
+            leader_imbalance_check_interval_ms: 300_000,
+            leader_imbalance_per_broker_percentage: 10,
         }
     }
 }
@@ -302,6 +309,9 @@ pub struct Controller {
     fencing: BTreeSet<i32>,
     /// Placement rotation: partitions placed so far by this controller.
     placement_sequence: usize,
+    /// When this controller last looked for leader imbalance (its first tick starts the
+    /// clock, so a new controller waits a whole interval, as Kafka's does).
+    last_rebalance_ms: Option<u64>,
     rng: StdRng,
 }
 
@@ -552,6 +562,7 @@ impl Controller {
             last_seen_ms: BTreeMap::new(),
             fencing: BTreeSet::new(),
             placement_sequence: 0,
+            last_rebalance_ms: None,
             rng,
         }
     }
@@ -571,6 +582,7 @@ impl Controller {
         self.active = active;
         self.last_seen_ms.clear();
         self.fencing.clear();
+        self.last_rebalance_ms = None;
     }
 
     /// Periodic work on the active controller: a cluster id if there is none, fencing
@@ -609,9 +621,11 @@ impl Controller {
         }
         let mut budget = ELECTIONS_PER_BATCH_MAX;
         Self::elect_leaderless(&mut batch, &mut budget);
-        if self.config.auto_leader_rebalance {
-            let all: Vec<(String, usize)> = Self::all_partitions(&batch.work);
-            for (topic, index) in all {
+        if self.config.auto_leader_rebalance && self.rebalance_due(now_ms) {
+            for (topic, index) in Self::imbalanced_partitions(
+                &batch.work,
+                self.config.leader_imbalance_per_broker_percentage,
+            ) {
                 if budget == 0 {
                     break;
                 }
@@ -826,6 +840,41 @@ impl Controller {
             status: Status::ok(),
             fenced: self.fencing.contains(&node_id),
         }
+    }
+
+    /// Whether a leader-imbalance check is due now; starts the clock on the first call.
+    fn rebalance_due(&mut self, now_ms: u64) -> bool {
+        let last = *self.last_rebalance_ms.get_or_insert(now_ms);
+        if now_ms.saturating_sub(last) < self.config.leader_imbalance_check_interval_ms {
+            return false;
+        }
+        self.last_rebalance_ms = Some(now_ms);
+        true
+    }
+
+    /// Kafka's auto leader rebalance: for each broker, the partitions it is the preferred
+    /// replica of (first in the assignment) but does not lead; if their share of all its
+    /// preferred partitions is above `percentage`, those partitions are returned (their
+    /// preferred election still needs the broker unfenced and in the ISR).
+    fn imbalanced_partitions(c: &Catalog, percentage: u32) -> Vec<(String, usize)> {
+        let mut by_broker: BTreeMap<i32, (usize, Vec<(String, usize)>)> = BTreeMap::new();
+        for t in c.topics.values() {
+            for (i, p) in t.partitions.iter().enumerate() {
+                let Some(&preferred) = p.replicas.first() else {
+                    continue;
+                };
+                let entry = by_broker.entry(preferred).or_default();
+                entry.0 += 1;
+                if p.leader != preferred {
+                    entry.1.push((t.name.clone(), i));
+                }
+            }
+        }
+        by_broker
+            .into_values()
+            .filter(|(total, not_led)| not_led.len() * 100 > *total * percentage as usize)
+            .flat_map(|(_, not_led)| not_led)
+            .collect()
     }
 
     fn all_partitions(c: &Catalog) -> Vec<(String, usize)> {
@@ -2146,6 +2195,7 @@ mod tests {
     fn auto_rebalance_and_unclean_election() {
         let mut sim = Sim::new();
         sim.controller.config.auto_leader_rebalance = true;
+        sim.controller.config.leader_imbalance_check_interval_ms = 0;
         sim.brokers(&[(1, None), (2, None)]);
         sim.create_assigned("t", vec![vec![1, 2]]);
         sim.expire_all_but(&[2]);
@@ -2177,6 +2227,48 @@ mod tests {
             code(&unclean(&mut sim)),
             ErrorCode::ElectionNotNeeded.code()
         );
+        sim.assert_replays();
+    }
+
+    /// Auto rebalance waits for its interval, and moves a broker's preferred partitions
+    /// back only when the share it does not lead is above the imbalance percentage.
+    #[test]
+    fn auto_rebalance_interval_and_threshold() {
+        let mut sim = Sim::new();
+        sim.controller.config.auto_leader_rebalance = true;
+        sim.controller.config.leader_imbalance_check_interval_ms = 60_000;
+        sim.controller.config.leader_imbalance_per_broker_percentage = 50;
+        sim.brokers(&[(1, None), (2, None)]);
+        // Broker 1 is preferred for four partitions and loses them all in a failover.
+        sim.create_assigned("t", vec![vec![1, 2]; 4]);
+        let moved = |sim: &Sim| {
+            (0..4)
+                .filter(|&i| sim.partition("t", i).leader != 1)
+                .count()
+        };
+        sim.expire_all_but(&[2]);
+        sim.heartbeat(1);
+        for i in 0..4 {
+            sim.alter_isr("t", i, vec![2, 1]);
+        }
+        assert_eq!(moved(&sim), 4);
+        let pass = |sim: &mut Sim, ms: u64| {
+            sim.now_ms += ms;
+            sim.heartbeat(1);
+            sim.heartbeat(2);
+            sim.tick();
+        };
+        pass(&mut sim, 0); // starts the clock
+        pass(&mut sim, 59_000);
+        assert_eq!(moved(&sim), 4, "before the interval");
+        sim.controller.config.leader_imbalance_per_broker_percentage = 100;
+        pass(&mut sim, 1_000);
+        assert_eq!(moved(&sim), 4, "4 of 4 not led is not above 100%");
+        sim.controller.config.leader_imbalance_per_broker_percentage = 50;
+        pass(&mut sim, 59_000);
+        assert_eq!(moved(&sim), 4, "the last check restarted the interval");
+        pass(&mut sim, 1_000);
+        assert_eq!(moved(&sim), 0, "4 of 4 not led is above 50%");
         sim.assert_replays();
     }
 

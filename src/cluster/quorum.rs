@@ -68,7 +68,11 @@ impl Quorum {
             broker_session_timeout_ms: config.broker_session_timeout_ms,
             default_replication_factor: config.default_replication_factor,
             default_num_partitions: config.num_partitions,
-            auto_leader_rebalance: false,
+            auto_leader_rebalance: config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms: config
+                .leader_imbalance_check_interval_seconds
+                .saturating_mul(1000),
+            leader_imbalance_per_broker_percentage: config.leader_imbalance_per_broker_percentage,
         });
         let machine = ControllerMachine::new(controller, store);
         let raft = RaftConfig {

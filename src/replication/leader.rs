@@ -14,8 +14,13 @@
 //!   the current leader epoch: a new leader's HW may lag the previous leader's, and the
 //!   epoch start is where every record committed before this epoch is known to be covered.
 //!
-//! Only durable data counts: the shard reports the leader's own LEO with `handle_local_leo`
-//! after the append is durable, and followers only fetch from their durable end.
+//! Durability: followers report only their fsynced end, so the HW never counts a follower's
+//! bytes that a crash could take back. The shard reports the leader's own LEO with
+//! `handle_local_leo` as soon as it appends (and again once the append is durable): with
+//! other members in the ISR a record below the HW is then fsynced on each of them, and a
+//! leader that crashes before its own fsync is replaced by one of them. acks=all also waits
+//! for the leader's fsync. With the leader alone in the ISR (min.insync.replicas=1), a
+//! consumer may read a record the leader has not fsynced yet, as in Kafka, which never does.
 //!
 //! The proposal in flight lives only in memory. A broker that restarts must therefore not
 //! lead from the metadata it had before the crash: it catches up with the controller first
@@ -159,7 +164,8 @@ impl LeaderState {
         self.isr.len() >= min_isr
     }
 
-    /// The leader's own log end advanced (its append is durable).
+    /// The leader's own log end advanced (an append, durable or not yet: see the module
+    /// documentation).
     pub fn handle_local_leo(&mut self, leo: i64, _now_ms: u64) -> Vec<LeaderCommand> {
         assert!(
             leo >= self.local_leo,

@@ -210,3 +210,25 @@ def test_delete_records_reaches_followers(cluster_factory):
         finally:
             cons.close()
     assert c.poll_until("watermarks from the new leader", watermarks, 20) == (50, 100)
+
+
+def test_auto_leader_rebalance(cluster_factory, request):
+    """Proves auto.leader.rebalance.enable (on by default, as in Kafka): the preferred leader
+    of a partition is killed with -9, leadership fails over, and once it is restarted and in
+    sync again the controller hands leadership back by itself within
+    leader.imbalance.check.interval.seconds (2 s here), while the workload runs."""
+    c, w = under_load(cluster_factory, env={"STRATA_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": "2"})
+    parts = c.partitions(TOPIC)
+    preferred = parts[0].replicas[0]
+    assert parts[0].leader == preferred
+    c.kill9(preferred)
+    c.leader(TOPIC, 0, not_on=preferred, timeout_s=20)
+    progress(w)
+    c.restart(preferred)
+
+    def preferred_lead():
+        ps = c.wait_topic(TOPIC, PARTITIONS, full_isr=True, timeout_s=60)
+        return ps if all(ps[p].leader == ps[p].replicas[0] for p in ps) else None
+    c.poll_until("preferred replicas lead again", preferred_lead, 60)
+    progress(w)
+    verify_cluster(c, w.stop(), TOPIC, PARTITIONS, request.node.nodeid, killed=[preferred])
