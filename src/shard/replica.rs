@@ -913,7 +913,12 @@ async fn send_fetch(
             return false;
         }
     };
-    for (w, offset) in fetches {
+    // Append every partition's records first, then wait for all their fsyncs at once: one
+    // partition's fdatasync at a time made a follower of many partitions fall behind its
+    // leader under load (each sync also waits on the shared journal).
+    let mut appended: Vec<(&Pending, i64, i64, i64)> = Vec::with_capacity(fetches.len());
+    for (w, offset) in &fetches {
+        let (w, offset) = (*w, *offset);
         let answer = resp
             .responses
             .iter()
@@ -936,17 +941,10 @@ async fn send_fetch(
         // Append only what answers the request we are waiting on, at our log end: a stale
         // or reordered answer must not be written.
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
+        let mut last_offset = -1;
         if !records.is_empty() && expected == Some(offset) && p.log_end() == offset {
             match p.append_replica(records) {
-                Ok(out) if out.last_offset >= 0 => {
-                    // Followers report only what is durable: the HW the leader computes from
-                    // our fetch offset then never counts bytes a crash could take back.
-                    if let Err(e) = p.wait_durable(out.last_offset).await {
-                        warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica not durable: {e}");
-                        continue;
-                    }
-                }
-                Ok(_) => {}
+                Ok(out) => last_offset = out.last_offset,
                 Err(e) => {
                     warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");
                     let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
@@ -957,12 +955,32 @@ async fn send_fetch(
                 }
             }
         }
-        let hw = a.high_watermark;
+        appended.push((w, offset, last_offset, a.high_watermark));
+        follow_log_start(&w.tp, p, a.log_start_offset).await;
+    }
+    // Followers report only what is durable: the HW the leader computes from our fetch
+    // offset then never counts bytes a crash could take back.
+    let durable = futures::future::join_all(appended.iter().map(|(w, _, last, _)| async move {
+        if *last < 0 {
+            return true;
+        }
+        match w.partition.wait_durable(*last).await {
+            Ok(_) => true,
+            Err(e) => {
+                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica not durable: {e}");
+                false
+            }
+        }
+    }))
+    .await;
+    for ((w, offset, _, hw), durable) in appended.into_iter().zip(durable) {
+        if !durable {
+            continue;
+        }
         let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
             s.handle_fetch_response(offset, p.log_end(), hw)
         });
-        run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
-        follow_log_start(&w.tp, p, a.log_start_offset).await;
+        run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
     }
     true
 }
