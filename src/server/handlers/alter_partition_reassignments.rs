@@ -109,13 +109,12 @@ pub fn response(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-    use bytes::BytesMut;
     use kafka_protocol::messages::alter_partition_reassignments_request::*;
     use kafka_protocol::messages::{ApiKey, BrokerId};
-    use kafka_protocol::protocol::{Decodable, Encodable};
 
     use super::super::topic_name;
     use super::*;
+    use crate::server::handlers::round_trip;
     use crate::cluster::controller::Status;
 
     fn request() -> AlterPartitionReassignmentsRequest {
@@ -131,15 +130,6 @@ mod tests {
                         .with_partition_index(1)
                         .with_replicas(None),
                 ])])
-    }
-
-    fn round_trip<T: Encodable + Decodable>(value: &T, version: i16) -> T {
-        let mut buf = BytesMut::new();
-        value.encode(&mut buf, version).unwrap();
-        let mut bytes = buf.freeze();
-        let back = T::decode(&mut bytes, version).unwrap();
-        assert!(bytes.is_empty(), "v{version} trailing bytes");
-        back
     }
 
     /// At every advertised version the request decodes to the controller request it meant

@@ -133,21 +133,11 @@ pub fn response(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-    use bytes::BytesMut;
     use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
     use kafka_protocol::messages::ApiKey;
-    use kafka_protocol::protocol::{Decodable, Encodable};
 
     use super::*;
-
-    fn round_trip<T: Encodable + Decodable>(value: &T, version: i16) -> T {
-        let mut buf = BytesMut::new();
-        value.encode(&mut buf, version).unwrap();
-        let mut bytes = buf.freeze();
-        let back = T::decode(&mut bytes, version).unwrap();
-        assert!(bytes.is_empty(), "v{version} trailing bytes");
-        back
-    }
+    use crate::server::handlers::round_trip;
 
     fn request(election_type: i8, version: i16) -> ElectLeadersRequest {
         ElectLeadersRequest::default()

@@ -33,6 +33,22 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 
 /// Wire string from a Rust string.
+/// Encodes `value` at `version` and decodes it back, requiring every byte to be consumed:
+/// the handlers' tests check each advertised version this way.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn round_trip<T>(value: &T, version: i16) -> T
+where
+    T: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::Decodable,
+{
+    let mut buf = bytes::BytesMut::new();
+    value.encode(&mut buf, version).unwrap();
+    let mut bytes = buf.freeze();
+    let back = T::decode(&mut bytes, version).unwrap();
+    assert!(bytes.is_empty(), "v{version} trailing bytes");
+    back
+}
+
 pub fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
