@@ -43,6 +43,20 @@ struct FollowerProgress {
     last_fetch_ms: u64,
 }
 
+impl FollowerProgress {
+    /// A follower that has not fetched in this epoch yet; `last_caught_up_ms` is when it
+    /// last counts as caught up (now for an ISR member, 0 for one out of sync).
+    fn new(replica: i32, last_caught_up_ms: u64) -> Self {
+        Self {
+            replica,
+            leo: -1,
+            last_caught_up_ms,
+            last_fetch_leader_leo: -1,
+            last_fetch_ms: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LeaderState {
     local: i32,
@@ -87,12 +101,8 @@ impl LeaderState {
         let followers = replicas
             .iter()
             .filter(|&&r| r != local)
-            .map(|&replica| FollowerProgress {
-                replica,
-                leo: -1,
-                last_caught_up_ms: if isr.contains(&replica) { now_ms } else { 0 },
-                last_fetch_leader_leo: -1,
-                last_fetch_ms: 0,
+            .map(|&replica| {
+                FollowerProgress::new(replica, if isr.contains(&replica) { now_ms } else { 0 })
             })
             .collect();
         let mut isr = isr;
@@ -262,13 +272,7 @@ impl LeaderState {
                 .retain(|f| replicas.contains(&f.replica) && f.replica != local);
             for &replica in &replicas {
                 if replica != local && !self.followers.iter().any(|f| f.replica == replica) {
-                    self.followers.push(FollowerProgress {
-                        replica,
-                        leo: -1,
-                        last_caught_up_ms: 0,
-                        last_fetch_leader_leo: -1,
-                        last_fetch_ms: 0,
-                    });
+                    self.followers.push(FollowerProgress::new(replica, 0));
                 }
             }
             self.replicas = replicas;

@@ -114,8 +114,8 @@ mod tests {
 
     use super::super::topic_name;
     use super::*;
-    use crate::server::handlers::round_trip;
     use crate::cluster::controller::Status;
+    use crate::server::handlers::round_trip;
 
     fn request() -> AlterPartitionReassignmentsRequest {
         AlterPartitionReassignmentsRequest::default()
