@@ -386,11 +386,14 @@ class Cluster:
         return AdminClient({"bootstrap.servers": bootstrap or self.live_bootstrap(),
                             "socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500})
 
-    def live_bootstrap(self) -> str:
+    def reachable_brokers(self) -> list[Node]:
+        """Brokers a client can talk to now: running, not paused, not isolated."""
         cut = self.net.isolated if self.net is not None else set()
-        live = [node.address for n, node in self.nodes.items()
+        return [node for n, node in self.nodes.items()
                 if node.is_broker and node.alive() and not node.paused and n not in cut]
-        return ",".join(live) or self.bootstrap
+
+    def live_bootstrap(self) -> str:
+        return ",".join(node.address for node in self.reachable_brokers()) or self.bootstrap
 
     def metadata(self, topic: str | None = None, timeout_s: float = 5.0):
         return self.admin().list_topics(topic, timeout=timeout_s)
@@ -447,10 +450,7 @@ class Cluster:
         """Every live, reachable node answers Metadata itself with the same leaders and ISRs
         as `parts`. A node cut off from the quorum still serves its stale image, so one
         client's view is not enough to call a healed cluster settled."""
-        cut = self.net.isolated if self.net is not None else set()
-        for n, node in self.nodes.items():
-            if not node.is_broker or not node.alive() or node.paused or n in cut:
-                continue
+        for node in self.reachable_brokers():
             try:
                 view = kproto.metadata_v1(node.address, topic, timeout_s=3)
             except (OSError, kproto.ProtocolError, struct.error):
