@@ -62,11 +62,20 @@ impl Broker {
 }
 
 /// Starts the broker: opens the catalog, then one executor per shard.
-pub fn start(config: Config) -> Result<Broker, StartError> {
+pub fn start(mut config: Config) -> Result<Broker, StartError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
         path: config.data_dir.clone(),
         source,
     })?;
+    // Every path below derives from the data directory, and some are opened through io_uring
+    // relative to no directory (glommio's `Directory::open` passes dirfd -1, not AT_FDCWD, so
+    // a relative path fails with EBADF). Resolving it once here makes `./data` behave exactly
+    // like an absolute path everywhere: partitions, state files, the metadata log, deletion.
+    config.data_dir =
+        std::fs::canonicalize(&config.data_dir).map_err(|source| StartError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
     let nr_shards = if config.shards == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())

@@ -54,6 +54,9 @@ pub(crate) async fn write_atomic(dir: &Path, name: &str, bytes: Vec<u8>) -> Resu
 }
 
 pub(crate) async fn sync_dir(dir: &Path) -> Result<(), Error> {
+    // glommio opens directories with dirfd -1 rather than AT_FDCWD, so a relative path would
+    // fail with EBADF: resolve it against the working directory first.
+    let dir = &std::path::absolute(dir).map_err(|e| Error::io(dir, "resolve dir", e))?;
     let d = glommio::io::Directory::open(dir)
         .await
         .map_err(|e| Error::io(dir, "open dir", e.into()))?;
