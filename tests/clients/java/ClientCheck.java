@@ -1,4 +1,4 @@
-// The Java client (kafka-clients 3.9.1, default producer settings: idempotent, acks=all) against a
+// The Java client (kafka-clients 4.1, default producer settings: idempotent, acks=all) against a
 // running broker: create a topic, produce every record type with every codec, read it all back
 // with a group-less assign()+seek consumer, and check each record, the order and the offsets.
 // Usage: java -cp lib/*:build ClientCheck HOST:PORT TOPIC. Exit 0 = every check passed.

@@ -1,4 +1,4 @@
-// The Java client (kafka-clients 3.9) as a group consumer: two members (one thread each)
+// The Java client (kafka-clients 4.1) as a group consumer: two members (one thread each)
 // subscribe to a 6-partition topic; once both own partitions, TOTAL records are produced and
 // must be consumed exactly once across the members (commitSync after each poll); after the
 // members close (LeaveGroup) the group is Empty and its committed offsets reach the end.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Fetches the Java jars the tests use from Maven Central, one pom per set, each into a
+# git-ignored lib/ beside its pom (Maven keeps its cache in ~/.m2, so a refetch is quick).
+# Idempotent: a set whose lib/ was filled from the same pom is skipped without starting Maven.
+#
+# Usage: tests/fetch-jars.sh [SET...]      (default: clients kafka)
+#   clients  kafka-clients 4.1.x for tests/clients/test_java.py      -> tests/clients/java/lib
+#   kafka    Apache Kafka 4.1.x (broker, kafka-tools, log4j2) for the reference broker and
+#            Kafka's own tools (tests/kafka/)                         -> tests/kafka/lib
+#   extras   Connect (runtime, file) and Streams (+ examples) 4.1.x; no test uses them yet
+#            (issues 12 and 13)                                       -> tests/kafka/extras/lib
+#   debezium Debezium's PostgreSQL connector built for Kafka 4.1, a Connect plugin directory;
+#            no test uses it yet (issue 12)                           -> tests/kafka/debezium/lib
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+sets=("$@")
+((${#sets[@]})) || sets=(clients kafka)
+
+fetch() {
+    local dir="$1" stamp want
+    stamp="$dir/lib/.pom.sha256"
+    want="$(sha256sum "$dir/pom.xml" | cut -d' ' -f1)"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        echo "jars present in $dir/lib"
+        return
+    fi
+    # A pom change may drop or rename jars: start from an empty lib/ so no stale jar stays on a
+    # classpath built from lib/*.
+    rm -rf "$dir/lib"
+    (cd "$dir" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
+        -DoutputDirectory=lib -DincludeScope=runtime) 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
+    echo "$want" > "$stamp"
+    echo "jars fetched into $dir/lib ($(ls "$dir/lib" | grep -c '\.jar$') jars)"
+}
+
+for s in "${sets[@]}"; do
+    case "$s" in
+        clients) fetch "$root/tests/clients/java" ;;
+        kafka) fetch "$root/tests/kafka" ;;
+        extras) fetch "$root/tests/kafka/extras" ;;
+        debezium) fetch "$root/tests/kafka/debezium" ;;
+        *) echo "unknown set $s (clients, kafka, extras, debezium)" >&2; exit 2 ;;
+    esac
+done
