@@ -192,6 +192,9 @@ impl Quorum {
                     .store(crate::shard::now_ms(), Ordering::Relaxed);
             }
             Ok(other) => warn!("heartbeat refused: {other:?}"),
+            // `stop` shut the metadata log down under a heartbeat in flight: expected, and no
+            // reason for a clean shutdown to log a warning.
+            Err(_) if self.stopping.load(Ordering::Relaxed) => {}
             Err(e) => warn!("heartbeat failed: {e}"),
         }
     }
