@@ -60,6 +60,24 @@ pub struct Config {
     pub socket_request_max_bytes: usize,
     /// Requests in flight per connection before the broker stops reading from it.
     pub connection_requests_in_flight_max: usize,
+    /// Kafka's queued.max.request.bytes, per shard: bytes of requests being read or waiting
+    /// for their response to be written. A connection that would go past it is not read
+    /// until bytes are freed. At least `socket_request_max_bytes`, so any valid request fits.
+    pub queued_max_request_bytes: usize,
+    /// Kafka's connections.max.idle.ms: a connection with no request in progress and nothing
+    /// in flight for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// Kafka's request.timeout.ms, as the broker applies it to reading: a request whose first
+    /// byte arrived this long ago and that is still incomplete closes its connection.
+    pub request_timeout_ms: u64,
+    /// Kafka's max.connections: client connections the broker serves at once; more are
+    /// accepted and closed at once.
+    pub max_connections: usize,
+    /// Kafka's max.connections.per.ip: the same, per client address.
+    pub max_connections_per_ip: usize,
+    /// Kafka's fetch.max.bytes: the most a Fetch response carries, and the most read for one
+    /// partition, whatever the request asks (at least one batch is always returned, KIP-74).
+    pub fetch_max_bytes: usize,
     /// Kafka's log.segment.bytes.
     pub log_segment_bytes: u64,
     /// Kafka's log.roll.ms.
@@ -154,6 +172,12 @@ impl Default for Config {
             default_replication_factor: 1,
             socket_request_max_bytes: 104_857_600,
             connection_requests_in_flight_max: 64,
+            queued_max_request_bytes: 128 * 1024 * 1024,
+            connections_max_idle_ms: 600_000,
+            request_timeout_ms: 30_000,
+            max_connections: 50_000,
+            max_connections_per_ip: 10_000,
+            fetch_max_bytes: 57_671_680,
             log_segment_bytes: 1_073_741_824,
             log_roll_ms: 604_800_000,
             log_retention_ms: 604_800_000,
@@ -358,6 +382,31 @@ impl Config {
                 "connection_requests_in_flight_max",
                 "must be at least 1".into(),
             ));
+        }
+        if self.queued_max_request_bytes < self.socket_request_max_bytes {
+            return Err(invalid(
+                "queued_max_request_bytes",
+                format!(
+                    "must be at least socket_request_max_bytes ({}), or the largest valid \
+                     request could never be read",
+                    self.socket_request_max_bytes
+                ),
+            ));
+        }
+        if self.connections_max_idle_ms == 0 || self.request_timeout_ms == 0 {
+            return Err(invalid(
+                "connections_max_idle_ms",
+                "connections_max_idle_ms and request_timeout_ms must be positive".into(),
+            ));
+        }
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            return Err(invalid(
+                "max_connections",
+                "max_connections and max_connections_per_ip must be at least 1".into(),
+            ));
+        }
+        if self.fetch_max_bytes < 1024 {
+            return Err(invalid("fetch_max_bytes", "must be at least 1024".into()));
         }
         self.topic_defaults().map_err(|(k, m)| invalid(&k, m))?;
         if self.node_id < 0 {
@@ -747,6 +796,21 @@ impl Config {
                 "socket.request.max.bytes",
                 self.socket_request_max_bytes.to_string(),
             ),
+            (
+                "queued.max.request.bytes",
+                self.queued_max_request_bytes.to_string(),
+            ),
+            (
+                "connections.max.idle.ms",
+                self.connections_max_idle_ms.to_string(),
+            ),
+            ("request.timeout.ms", self.request_timeout_ms.to_string()),
+            ("max.connections", self.max_connections.to_string()),
+            (
+                "max.connections.per.ip",
+                self.max_connections_per_ip.to_string(),
+            ),
+            ("fetch.max.bytes", self.fetch_max_bytes.to_string()),
         ]
     }
 }

@@ -15,10 +15,6 @@ pub const TOPIC_PARTITIONS_MAX: i32 = 100_000;
 /// Longest long poll a Fetch may ask for; a larger max.wait.ms is clamped.
 pub const FETCH_WAIT_MS_MAX: i32 = 30_000;
 
-/// Bytes one Fetch response may carry when the client asks for more (Kafka's
-/// fetch.max.bytes default is 50 MiB plus slack).
-pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
-
 /// Longest a Produce with acks=all waits for durability before answering REQUEST_TIMED_OUT.
 pub const PRODUCE_TIMEOUT_MS_MAX: i32 = 300_000;
 
@@ -33,10 +29,23 @@ pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 /// Producer ids handed out per persisted block; a crash skips at most this many ids.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
-/// Connections one shard serves at once; past this it stops accepting until one closes.
-pub const SHARD_CONNECTIONS_MAX: usize = 10_000;
+/// Bytes a connection asks of its socket while waiting for the next request's size prefix.
+/// Not counted in the shard's request budget: it is a fixed cost per connection, bounded by
+/// `max_connections`, and small so that thousands of idle connections stay cheap.
+pub const CONNECTION_READ_HEADER_BYTES: usize = 4 * 1024;
 
-const _: () = assert!(FETCH_RESPONSE_BYTES_MAX >= 1024 * 1024);
+/// Smallest and largest read into a request body. A body read asks for what the request
+/// still misses, but at most what has already arrived (at least the minimum): the buffer
+/// grows as bytes arrive, so a request that claims 100 MiB and sends little holds little.
+pub const CONNECTION_READ_CHUNK_MIN: usize = 16 * 1024;
+pub const CONNECTION_READ_CHUNK_MAX: usize = 8 * 1024 * 1024;
+
+/// A refused connection is logged at most this often per shard (the rest are counted in the
+/// next line), so a flood of connections cannot flood the log.
+pub const CONNECTION_REFUSED_LOG_INTERVAL_MS: u64 = 1_000;
+
+const _: () = assert!(CONNECTION_READ_HEADER_BYTES >= 4);
+const _: () = assert!(CONNECTION_READ_CHUNK_MIN <= CONNECTION_READ_CHUNK_MAX);
 const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);
 
 /// Largest response a replica fetcher accepts from another broker; a follower's Fetch asks

@@ -6,20 +6,37 @@
 //! waits, long polls — overlap. A bounded queue between the reader and the writer caps the
 //! requests in flight per connection; when it is full the reader stops reading, which pushes
 //! back on the client through TCP.
+//!
+//! Memory and time are bounded per request, as Kafka bounds them:
+//! - A frame's buffer grows as its bytes arrive (never to the size the header claims), and
+//!   those bytes are taken from the shard's request budget (`queued_max_request_bytes`)
+//!   before they are read. When the budget is spent the reader waits — its socket is not
+//!   read — until responses are written and their requests' bytes given back.
+//! - A request whose first byte came `request_timeout_ms` ago and that is still incomplete
+//!   (a slowloris sender, or one stuck waiting for budget) closes the connection, freeing its
+//!   bytes. A connection with nothing read and nothing in flight for
+//!   `connections_max_idle_ms` is closed too.
+//! - A response the client does not read for `request_timeout_ms` (no progress writing)
+//!   closes the connection, so a client cannot pin its responses' memory by not reading.
+use std::cell::Cell;
+use std::pin::pin;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use futures::future::{select, Either};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use thiserror::Error;
 use tracing::warn;
 
 use super::dispatch::{self, PendingResponse};
+use crate::limits::{
+    CONNECTION_READ_CHUNK_MAX, CONNECTION_READ_CHUNK_MIN, CONNECTION_READ_HEADER_BYTES,
+};
 use crate::protocol::frame::{check_size, FrameError};
+use crate::shard::budget::Reservation;
 use crate::shard::ShardCtx;
-
-/// Bytes asked of the socket per read when the frame length is not known yet.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Error)]
 pub enum ConnectionError {
@@ -31,6 +48,31 @@ pub enum ConnectionError {
     Closed,
     #[error("broker shutting down")]
     ShuttingDown,
+    #[error("request incomplete after request_timeout_ms ({timeout_ms} ms): {read} of {size} bytes read")]
+    RequestTimeout {
+        timeout_ms: u64,
+        read: usize,
+        size: usize,
+    },
+    #[error("idle for connections_max_idle_ms ({idle_ms} ms)")]
+    Idle { idle_ms: u64 },
+}
+
+/// A request handed to the writer: its response, and the request bytes it holds in the
+/// shard's budget until that response is written.
+type Queued = (PendingResponse, Reservation);
+
+/// What the reader and the writer of one connection share: requests queued but not yet
+/// answered, and when the connection last did anything (for the idle timeout).
+struct Activity {
+    in_flight: Cell<usize>,
+    last: Cell<Instant>,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.last.set(Instant::now());
+    }
 }
 
 pub async fn serve(
@@ -42,32 +84,46 @@ pub async fn serve(
         .map(|a| a.to_string())
         .unwrap_or_default();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    let config = &ctx.shared.config;
+    // No progress writing a response for this long fails the write (glommio's write
+    // timeout is re-armed whenever the socket accepts bytes).
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(config.request_timeout_ms)));
     let (mut reader, mut writer) = stream.split();
-    let (tx, rx) = local_channel::new_bounded::<PendingResponse>(
-        ctx.shared.config.connection_requests_in_flight_max,
-    );
+    let (tx, rx) = local_channel::new_bounded::<Queued>(config.connection_requests_in_flight_max);
+    let activity = Activity {
+        in_flight: Cell::new(0),
+        last: Cell::new(Instant::now()),
+    };
 
-    let writer_task = glommio::spawn_local(async move {
-        while let Some(pending) = rx.recv().await {
-            let Some(chunks) = pending.await else {
-                continue;
-            };
-            super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
+    let writing = pin!(async {
+        while let Some((pending, request_bytes)) = rx.recv().await {
+            if let Some(chunks) = pending.await {
+                super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
+            }
+            // The response is out: the request's bytes go back to the shard.
+            drop(request_bytes);
+            activity
+                .in_flight
+                .set(activity.in_flight.get().saturating_sub(1));
+            activity.touch();
         }
         writer.flush().await?;
         let _ = writer.close().await;
         Ok::<(), std::io::Error>(())
     });
 
-    let max = ctx.shared.config.socket_request_max_bytes;
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-    let result: Result<(), ConnectionError> = async {
+    let reading = pin!(async {
+        let tx = tx;
+        let mut buf = BytesMut::new();
         loop {
-            let frame = match read_frame(ctx, &mut reader, &mut buf, max).await {
+            let (frame, request_bytes) = match read_frame(ctx, &mut reader, &mut buf, &activity)
+                .await
+            {
                 Ok(f) => f,
                 Err(ConnectionError::Closed) | Err(ConnectionError::ShuttingDown) => return Ok(()),
                 Err(e) => return Err(e),
             };
+            activity.touch();
             let pending = match dispatch::dispatch(ctx, frame, &peer).await {
                 Ok(p) => p,
                 Err(e) => {
@@ -75,67 +131,142 @@ pub async fn serve(
                     return Err(e.into());
                 }
             };
-            if tx.send(pending).await.is_err() {
+            activity.in_flight.set(activity.in_flight.get() + 1);
+            if tx.send((pending, request_bytes)).await.is_err() {
                 // The writer failed (peer gone); stop reading.
                 return Ok(());
             }
         }
+    });
+
+    match select(reading, writing).await {
+        // Reading ended (the peer closed, shutdown, or an error): the queue is closed, so the
+        // writer finishes the responses already started, then closes.
+        Either::Left((read, writing)) => {
+            let written = writing.await;
+            read?;
+            written?;
+        }
+        // Writing failed (peer gone, or not reading its responses): stop reading too.
+        Either::Right((written, _reading)) => written?,
     }
-    .await;
-    // Let the writer finish the responses already started, then close.
-    drop(tx);
-    let written = writer_task.await;
-    result?;
-    written?;
     Ok(())
 }
 
-/// Reads one whole frame (without its size prefix). Between requests it also watches for
-/// shutdown, so an idle connection closes promptly.
+/// Reads one whole frame (without its size prefix), with the budget bytes it holds.
 async fn read_frame<R: futures::AsyncRead + Unpin>(
     ctx: &Rc<ShardCtx>,
     reader: &mut R,
     buf: &mut BytesMut,
-    max: usize,
-) -> Result<Bytes, ConnectionError> {
-    while buf.len() < 4 {
-        if buf.is_empty() && ctx.shutting_down.get() {
-            return Err(ConnectionError::ShuttingDown);
-        }
-        let idle = buf.is_empty();
-        let read = read_some(reader, buf, READ_CHUNK_BYTES);
-        if idle {
-            let shutdown = async {
-                ctx.shutdown_notify.notified().await;
-                Err(ConnectionError::ShuttingDown)
-            };
-            futures_lite::future::or(read, shutdown).await?;
-        } else {
-            read.await?;
-        }
+    activity: &Activity,
+) -> Result<(Bytes, Reservation), ConnectionError> {
+    if buf.is_empty() {
+        wait_for_request(ctx, reader, buf, activity).await?;
     }
-    let size = check_size(i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]), max)?;
-    while buf.len() < 4 + size {
-        let missing = 4 + size - buf.len();
-        read_some(
-            reader,
-            buf,
-            missing
-                .max(READ_CHUNK_BYTES)
-                .min(missing + READ_CHUNK_BYTES),
-        )
-        .await?;
-    }
-    buf.advance(4);
-    Ok(buf.split_to(size).freeze())
+    // The request's first byte is here: from now on it has request_timeout_ms to complete.
+    let timeout_ms = ctx.shared.config.request_timeout_ms;
+    let progress = Cell::new((0usize, 0usize));
+    let read = read_rest_of_frame(ctx, reader, buf, &progress);
+    let timeout = async {
+        glommio::timer::sleep(Duration::from_millis(timeout_ms)).await;
+        let (read, size) = progress.get();
+        Err(ConnectionError::RequestTimeout {
+            timeout_ms,
+            read,
+            size,
+        })
+    };
+    futures_lite::future::or(read, timeout).await
 }
 
-/// Appends up to `want` bytes from the socket to `buf`.
+/// Waits for the first bytes of the next request, watching for shutdown and for the idle
+/// timeout meanwhile. The read is small (`CONNECTION_READ_HEADER_BYTES`) and not counted in
+/// the budget: an idle connection costs little, and connections are bounded in number.
+async fn wait_for_request<R: futures::AsyncRead + Unpin>(
+    ctx: &Rc<ShardCtx>,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    activity: &Activity,
+) -> Result<(), ConnectionError> {
+    let idle_ms = ctx.shared.config.connections_max_idle_ms;
+    let idle = Duration::from_millis(idle_ms);
+    let mut read = pin!(read_some(reader, buf, CONNECTION_READ_HEADER_BYTES));
+    loop {
+        if ctx.shutting_down.get() {
+            return Err(ConnectionError::ShuttingDown);
+        }
+        let idle_for = activity.last.get().elapsed();
+        // Responses still in flight (a long poll, a rebalance) keep the connection busy.
+        if idle_for >= idle && activity.in_flight.get() == 0 {
+            return Err(ConnectionError::Idle { idle_ms });
+        }
+        let wake = idle.saturating_sub(idle_for).max(Duration::from_millis(1));
+        let shutdown = async {
+            ctx.shutdown_notify.notified().await;
+            Ok(false)
+        };
+        let timer = async {
+            glommio::timer::sleep(wake).await;
+            Ok(false)
+        };
+        let got = futures_lite::future::or(
+            async { read.as_mut().await.map(|_| true) },
+            futures_lite::future::or(shutdown, timer),
+        )
+        .await?;
+        if got {
+            return Ok(());
+        }
+    }
+}
+
+/// Reads the rest of a frame whose first bytes are in `buf`. `progress` is kept at (bytes
+/// of the body read, size) for the timeout's message.
+async fn read_rest_of_frame<R: futures::AsyncRead + Unpin>(
+    ctx: &Rc<ShardCtx>,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    progress: &Cell<(usize, usize)>,
+) -> Result<(Bytes, Reservation), ConnectionError> {
+    while buf.len() < 4 {
+        read_some(reader, buf, CONNECTION_READ_HEADER_BYTES - buf.len()).await?;
+    }
+    let max = ctx.shared.config.socket_request_max_bytes;
+    let prefix: [u8; 4] = buf
+        .get(..4)
+        .and_then(|p| p.try_into().ok())
+        .ok_or(ConnectionError::Closed)?;
+    let size = check_size(i32::from_be_bytes(prefix), max)?;
+    // The bytes of this frame already read came with the size prefix; count them first.
+    let mut held = ctx.request_budget.acquire((buf.len() - 4).min(size)).await;
+    while buf.len() < 4 + size {
+        let received = buf.len() - 4;
+        progress.set((received, size));
+        let missing = size - received;
+        // Grow with what has arrived: a sender that claims much and sends little is given
+        // little buffer. Never read past the frame, so `buf` holds no uncounted bytes.
+        let want =
+            missing.min(received.clamp(CONNECTION_READ_CHUNK_MIN, CONNECTION_READ_CHUNK_MAX));
+        held.grow(want).await;
+        let got = read_some(reader, buf, want).await?;
+        held.shrink(want - got);
+    }
+    buf.advance(4);
+    let frame = buf.split_to(size).freeze();
+    // `buf` may still share the frame's (possibly large) allocation; keep only the few
+    // bytes read ahead, in a buffer of their own, so the allocation goes with the frame.
+    if buf.capacity() > CONNECTION_READ_HEADER_BYTES {
+        *buf = BytesMut::from(&buf[..]);
+    }
+    Ok((frame, held))
+}
+
+/// Appends up to `want` bytes from the socket to `buf`; returns how many came.
 async fn read_some<R: futures::AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     want: usize,
-) -> Result<(), ConnectionError> {
+) -> Result<usize, ConnectionError> {
     let start = buf.len();
     buf.resize(start + want, 0);
     let n = match reader.read(&mut buf[start..]).await {
@@ -149,5 +280,5 @@ async fn read_some<R: futures::AsyncRead + Unpin>(
     if n == 0 {
         return Err(ConnectionError::Closed);
     }
-    Ok(())
+    Ok(n)
 }

@@ -1,6 +1,7 @@
 //! The Kafka-facing server of one shard: the accept loop, connections, request dispatch,
 //! and one handler file per Kafka API under `handlers/`.
 pub mod admin;
+pub mod admission;
 pub mod connection;
 pub mod dispatch;
 pub mod handlers;
@@ -8,34 +9,43 @@ pub mod route;
 pub mod vectored;
 
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use crate::limits::SHARD_CONNECTIONS_MAX;
+use crate::limits::CONNECTION_REFUSED_LOG_INTERVAL_MS;
 use crate::shard::ShardCtx;
 
 /// Accepts connections on this shard's listener (every shard binds the same port with
-/// SO_REUSEPORT; the kernel spreads connections between them).
+/// SO_REUSEPORT; the kernel spreads connections between them). A connection past
+/// `max_connections` or `max_connections_per_ip` is accepted and closed at once — the client
+/// sees a clean close rather than a SYN left unanswered — and logged, rate-limited.
 pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: glommio::net::TcpListener) {
+    let mut refusals = RefusalLog::default();
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                if ctx.connections.get() >= SHARD_CONNECTIONS_MAX {
-                    warn!(
-                        shard = ctx.id,
-                        "connection limit {SHARD_CONNECTIONS_MAX} reached; refusing"
-                    );
-                    drop(stream);
-                    continue;
-                }
+                let ip = match stream.peer_addr() {
+                    Ok(addr) => addr.ip(),
+                    // The peer is already gone.
+                    Err(_) => continue,
+                };
+                let slot = match ctx.shared.admission.admit(ip) {
+                    Ok(slot) => slot,
+                    Err(refusal) => {
+                        drop(stream);
+                        refusals.note(ctx.id, &refusal);
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let ctx = ctx.clone();
+                ctx.connections.set(ctx.connections.get() + 1);
                 glommio::spawn_local(async move {
-                    ctx.connections.set(ctx.connections.get() + 1);
                     if let Err(e) = connection::serve(&ctx, stream).await {
                         debug!(shard = ctx.id, "connection closed: {e}");
                     }
+                    drop(slot);
                     ctx.connections.set(ctx.connections.get() - 1);
                     ctx.connections_changed.notify_all();
                 })
@@ -46,6 +56,33 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: glommio::net::TcpListener)
                 warn!(shard = ctx.id, "accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// Logs refused connections at most once per `CONNECTION_REFUSED_LOG_INTERVAL_MS`, with the
+/// number refused since the last line.
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    fn note(&mut self, shard: usize, refusal: &admission::Refusal) {
+        self.unlogged += 1;
+        let now = Instant::now();
+        let due = self.last.is_none_or(|t| {
+            now.duration_since(t) >= Duration::from_millis(CONNECTION_REFUSED_LOG_INTERVAL_MS)
+        });
+        if due {
+            info!(
+                shard,
+                refused = self.unlogged,
+                "refusing connections: {refusal}"
+            );
+            self.last = Some(now);
+            self.unlogged = 0;
         }
     }
 }

@@ -6,6 +6,7 @@
 //! Work for a partition that another shard owns crosses the channel mesh (`mesh`). The
 //! invariant the asserts protect: a shard only ever opens and serves partitions the catalog
 //! places on it.
+pub mod budget;
 pub mod groups;
 pub mod mesh;
 pub mod notify;
@@ -32,6 +33,8 @@ pub struct Shared {
     pub catalog: Arc<CatalogStore>,
     /// The way to the active controller (and this node's registration).
     pub quorum: Arc<crate::cluster::quorum::Quorum>,
+    /// Client connections admitted, broker-wide (max_connections, max_connections_per_ip).
+    pub admission: Arc<crate::server::admission::Admission>,
 }
 
 impl Shared {
@@ -86,6 +89,9 @@ pub struct ShardCtx {
     pub shutdown_notify: notify::Notify,
     pub connections: Cell<usize>,
     pub connections_changed: notify::Notify,
+    /// Bytes of client requests being read or waiting for their response to be written
+    /// (`queued_max_request_bytes`).
+    pub request_budget: Rc<budget::ByteBudget>,
     /// The consumer-group coordinator for the `__consumer_offsets` partitions placed here.
     pub groups: groups::GroupShard,
     /// Leader and follower state of this shard's replicas, and its replica fetchers.
@@ -104,6 +110,7 @@ impl ShardCtx {
             shutdown_notify: notify::Notify::default(),
             connections: Cell::new(0),
             connections_changed: notify::Notify::default(),
+            request_budget: budget::ByteBudget::new(shared.config.queued_max_request_bytes),
             groups: groups::GroupShard::new(shared.config.group_config()),
             replicas: replica::Replicas::default(),
         }

@@ -38,8 +38,11 @@ pub enum ShardOp {
         timeout_ms: i32,
         parts: Vec<(TopicPartition, Option<Bytes>)>,
     },
+    /// Reads each part, at most `max_bytes` in all (the response's limit, applied before
+    /// reading); once it is spent the remaining parts report positions but read nothing.
     Fetch {
         parts: Vec<FetchPart>,
+        max_bytes: usize,
     },
     /// Resolves when any of the partitions has data past the given offset, or on timeout:
     /// committed data (past the high watermark) for consumers, any for followers.
@@ -170,10 +173,17 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
             timeout_ms,
             parts,
         } => start_produce(ctx, acks, timeout_ms, parts),
-        ShardOp::Fetch { parts } => Box::pin(async move {
+        ShardOp::Fetch { parts, max_bytes } => Box::pin(async move {
+            // As Kafka's replica manager does: each partition reads at most what is left of
+            // the response's limit. A partition's read returns at least one batch (KIP-74),
+            // so the total may pass the limit by one batch; the handler trims the response.
+            let mut left = max_bytes;
             let mut out = Vec::with_capacity(parts.len());
-            for part in parts {
-                out.push(fetch_one(&ctx, part).await);
+            for mut part in parts {
+                part.max_bytes = part.max_bytes.min(left);
+                let r = fetch_one(&ctx, part, left > 0).await;
+                left = left.saturating_sub(r.bytes());
+                out.push(r);
             }
             ShardReply::Fetch(out)
         }),
@@ -544,10 +554,19 @@ async fn owned_partition(
     }
 }
 
-async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
+/// Fetches one partition; with `read` false (the response is full) it does everything but
+/// read: a follower's position is still recorded, and the partition's offsets reported.
+async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResult {
     let p = match owned_partition(ctx, &part.tp).await {
         Ok(p) => p,
         Err(e) => return FetchResult::error(e),
+    };
+    let nothing = || {
+        Ok(crate::storage::ReadOutcome {
+            chunks: Vec::new(),
+            high_watermark: p.high_watermark(),
+            log_start_offset: p.log_start_offset(),
+        })
     };
     let read = if part.replica_id >= 0 {
         // A follower: its fetch offset is its (durable) log end, which may move our high
@@ -559,6 +578,7 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
             part.offset,
             part.current_leader_epoch,
         ) {
+            Ok(_) if !read => nothing(),
             Ok(_) => {
                 p.read_bounded(part.offset, part.max_bytes, p.log_end())
                     .await
@@ -571,7 +591,11 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart) -> FetchResult {
                 return FetchResult::error(e);
             }
         }
-        p.read(part.offset, part.max_bytes).await
+        if read {
+            p.read(part.offset, part.max_bytes).await
+        } else {
+            nothing()
+        }
     };
     match read {
         Ok(r) => FetchResult {

@@ -117,7 +117,11 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
             warn!("cannot create __consumer_offsets yet ({e:?}); the first FindCoordinator will");
         }
     }
+    let max_connections = connections_within_open_files_limit(config.max_connections);
+    let admission =
+        crate::server::admission::Admission::new(max_connections, config.max_connections_per_ip);
     let shared = Arc::new(Shared {
+        admission,
         config,
         nr_shards,
         catalog,
@@ -248,4 +252,48 @@ async fn retention_loop(ctx: Rc<ShardCtx>) {
             glommio::yield_if_needed().await;
         }
     }
+}
+
+/// File descriptors the broker keeps for itself besides client connections (segments,
+/// indexes, the metadata log, listeners, replica fetchers).
+const FILES_BESIDES_CONNECTIONS: u64 = 4096;
+
+/// Raises the soft open-files limit to the hard one, as servers commonly do (the usual soft
+/// limit of 1024 would refuse connections long before `max_connections`), and returns the
+/// connections to admit: `max_connections`, or fewer if the limit leaves no room for them.
+/// Past the limit `accept` itself would fail and leave clients hanging in the backlog;
+/// refusing at the admission count closes them cleanly instead.
+fn connections_within_open_files_limit(max_connections: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by reference.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return max_connections;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    let room = lim
+        .rlim_cur
+        .saturating_sub(FILES_BESIDES_CONNECTIONS)
+        .max(1);
+    let room = usize::try_from(room).unwrap_or(usize::MAX);
+    if room < max_connections {
+        info!(
+            open_files_limit = lim.rlim_cur,
+            max_connections,
+            admitted = room,
+            "the open-files limit leaves room for fewer connections than max_connections"
+        );
+    }
+    max_connections.min(room)
 }

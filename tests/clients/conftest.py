@@ -18,8 +18,9 @@ def broker_factory(tmp_path):
     """Builds brokers that are always stopped (kill -9 if SIGTERM fails) when the test ends."""
     made: list[Broker] = []
 
-    def make(data_dir: Path | None = None, port: int | None = None, start: bool = True) -> Broker:
-        b = Broker(data_dir or tmp_path / f"data{len(made)}", tmp_path / "logs", port=port)
+    def make(data_dir: Path | None = None, port: int | None = None, start: bool = True,
+             shards: int = 2) -> Broker:
+        b = Broker(data_dir or tmp_path / f"data{len(made)}", tmp_path / "logs", port=port, shards=shards)
         made.append(b)
         return b.start() if start else b
 

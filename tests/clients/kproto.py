@@ -10,6 +10,7 @@ import socket
 import struct
 
 API_PRODUCE = 0
+API_FETCH = 1
 API_METADATA = 3
 API_API_VERSIONS = 18
 
@@ -235,6 +236,39 @@ def produce_raw(bootstrap: str, topic: str, partition: int, batch: bytes, timeou
         corr, body = recv_response(sock)
     assert corr == 99, corr
     return parse_produce_v3(body)
+
+
+def fetch_v4_body(topic: str, partition: int, offset: int, max_bytes: int, partition_max_bytes: int,
+                  max_wait_ms: int = 0, min_bytes: int = 0) -> bytes:
+    """A consumer's Fetch v4 for one partition (read_uncommitted)."""
+    return (
+        struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)
+        + struct.pack(">i", 1) + kstring(topic)
+        + struct.pack(">iiqi", 1, partition, offset, partition_max_bytes)
+    )
+
+
+def parse_fetch_v4(body: bytes) -> list[tuple[str, int, int, int, bytes]]:
+    """Returns [(topic, partition, error_code, high_watermark, record bytes)]."""
+    out = []
+    pos = 4  # throttle_time_ms
+    (ntopics,) = struct.unpack_from(">i", body, pos)
+    pos += 4
+    for _ in range(ntopics):
+        name, pos = _read_string(body, pos)
+        (nparts,) = struct.unpack_from(">i", body, pos)
+        pos += 4
+        for _ in range(nparts):
+            part, err, hw, _lso = struct.unpack_from(">ihqq", body, pos)
+            pos += 22
+            (naborted,) = struct.unpack_from(">i", body, pos)
+            pos += 4 + 16 * max(naborted, 0)
+            (nrecords,) = struct.unpack_from(">i", body, pos)
+            pos += 4
+            records = body[pos:pos + max(nrecords, 0)]
+            pos += max(nrecords, 0)
+            out.append((name, part, err, hw, records))
+    return out
 
 
 # ---- segment files ---------------------------------------------------------------------------

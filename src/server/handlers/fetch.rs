@@ -14,7 +14,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
 
-use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
+use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::protocol::error::ErrorCode;
 use crate::server::dispatch::PendingResponse;
 use crate::shard::mesh::begin;
@@ -51,17 +51,22 @@ pub fn handle(
         } else {
             req.replica_id.0
         };
-        let topics = resolve(&ctx, version, &req, replica_id);
+        // fetch.max.bytes bounds the response and every partition's share of it *before*
+        // anything is read, whatever the request asks (2 GB asks read 55 MiB at most).
+        let fetch_max_bytes = ctx.shared.config.fetch_max_bytes;
+        let topics = resolve(&ctx, version, &req, replica_id, fetch_max_bytes);
         let wait = Duration::from_millis(req.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
         let deadline = Instant::now() + wait;
-        let min_bytes = req.min_bytes.max(0) as usize;
         let max_bytes = if version >= 3 {
             req.max_bytes.max(1) as usize
         } else {
             usize::MAX
         }
-        .min(FETCH_RESPONSE_BYTES_MAX);
-        let mut results = read_all(&ctx, &topics, replica_id).await;
+        .min(fetch_max_bytes);
+        // Waiting for more than the response may carry would wait for nothing (Kafka clamps
+        // the same way); it also bounds what is held while waiting.
+        let min_bytes = (req.min_bytes.max(0) as usize).min(max_bytes);
+        let mut results = read_all(&ctx, &topics, replica_id, max_bytes).await;
         loop {
             let total: usize = results.iter().flatten().map(|r| r.bytes()).sum();
             let failed = results.iter().flatten().any(|r| r.error.is_some());
@@ -70,14 +75,22 @@ pub fn handle(
                 break;
             }
             wait_for_data(&ctx, &topics, deadline - now, replica_id >= 0).await;
-            results = read_all(&ctx, &topics, replica_id).await;
+            // Drop what was read before reading again, so at most one read is held.
+            drop(results);
+            results = read_all(&ctx, &topics, replica_id, max_bytes).await;
         }
         Some(encode(version, correlation_id, &topics, results, max_bytes))
     }
     .boxed_local()
 }
 
-fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest, replica_id: i32) -> Vec<WantedTopic> {
+fn resolve(
+    ctx: &ShardCtx,
+    version: i16,
+    req: &FetchRequest,
+    replica_id: i32,
+    fetch_max_bytes: usize,
+) -> Vec<WantedTopic> {
     let catalog = ctx.shared.catalog.load();
     let nr_shards = ctx.shared.nr_shards;
     req.topics
@@ -130,7 +143,7 @@ fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest, replica_id: i32) ->
                         partition: p.partition,
                         target,
                         offset: p.fetch_offset,
-                        max_bytes: p.partition_max_bytes.max(0) as usize,
+                        max_bytes: (p.partition_max_bytes.max(0) as usize).min(fetch_max_bytes),
                         current_leader_epoch: if version >= 9 {
                             p.current_leader_epoch
                         } else {
@@ -148,11 +161,14 @@ fn resolve(ctx: &ShardCtx, version: i16, req: &FetchRequest, replica_id: i32) ->
         .collect()
 }
 
-/// Reads every resolved partition; returns results shaped like `topics`.
+/// Reads every resolved partition; returns results shaped like `topics`. Each owner shard
+/// reads at most `max_bytes` (plus one batch, KIP-74), so what is in memory at once is at
+/// most shards x `max_bytes`; `encode` trims the response to `max_bytes`.
 async fn read_all(
     ctx: &Rc<ShardCtx>,
     topics: &[WantedTopic],
     replica_id: i32,
+    max_bytes: usize,
 ) -> Vec<Vec<FetchResult>> {
     let nr = ctx.shared.nr_shards;
     let mut per_shard: Vec<Vec<FetchPart>> = (0..nr).map(|_| Vec::new()).collect();
@@ -182,7 +198,8 @@ async fn read_all(
         if parts.is_empty() {
             started.push(None);
         } else {
-            started.push(Some(begin(ctx, shard, ShardOp::Fetch { parts }).await));
+            let op = ShardOp::Fetch { parts, max_bytes };
+            started.push(Some(begin(ctx, shard, op).await));
         }
     }
     let mut replies: Vec<Vec<FetchResult>> = Vec::with_capacity(nr);
