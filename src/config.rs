@@ -105,6 +105,9 @@ pub struct Config {
     pub log_preallocate_bytes: u64,
     /// Recent batches each partition keeps in memory for fetches at the tail.
     pub log_tail_cache_bytes: usize,
+    /// Memory the broker may hold for data (tail caches, staged batches, follower fetch
+    /// data, requests being read or queued), split evenly over the shards.
+    pub memory_limit_bytes: usize,
     /// Kafka's offsets.topic.num.partitions: partitions of `__consumer_offsets`, created at
     /// start if missing. Changing it later moves groups to other partitions (as in Kafka).
     pub offsets_topic_num_partitions: i32,
@@ -191,6 +194,7 @@ impl Default for Config {
             log_flush_interval_ms: 1000,
             log_preallocate_bytes: 64 * 1024 * 1024,
             log_tail_cache_bytes: 32 * 1024 * 1024,
+            memory_limit_bytes: 512 * 1024 * 1024,
             offsets_topic_num_partitions: 50,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
@@ -375,6 +379,12 @@ impl Config {
             return Err(invalid(
                 "socket_request_max_bytes",
                 "must be at least 1024".into(),
+            ));
+        }
+        if self.memory_limit_bytes < MEMORY_LIMIT_BYTES_MIN {
+            return Err(invalid(
+                "memory_limit_bytes",
+                format!("must be at least {MEMORY_LIMIT_BYTES_MIN}"),
             ));
         }
         if self.connection_requests_in_flight_max == 0 {
@@ -748,7 +758,16 @@ pub fn broker_key_to_topic_key(broker_key: &str) -> Option<&'static str> {
         .map(|(_, t)| *t)
 }
 
+/// Smallest `memory_limit_bytes`: below this a shard could not hold even a few batches of
+/// the largest size (`message_max_bytes`) while others are being written.
+pub const MEMORY_LIMIT_BYTES_MIN: usize = 16 * 1024 * 1024;
+
 impl Config {
+    /// The memory budget of one shard: `memory_limit_bytes` split evenly.
+    pub fn shard_memory_limit_bytes(&self, nr_shards: usize) -> usize {
+        self.memory_limit_bytes / nr_shards.max(1)
+    }
+
     /// Read-only broker settings shown by DescribeConfigs, in Kafka's names.
     pub fn static_broker_settings(&self) -> Vec<(&'static str, String)> {
         vec![

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::cluster::catalog::CatalogStore;
 use crate::config::{log_config_from, Config};
-use crate::storage::{LogConfig, Partition};
+use crate::storage::{LogConfig, MemoryBudget, Partition};
 
 /// State every shard shares (read-only or lock-free).
 pub struct Shared {
@@ -96,6 +96,9 @@ pub struct ShardCtx {
     pub groups: groups::GroupShard,
     /// Leader and follower state of this shard's replicas, and its replica fetchers.
     pub replicas: replica::Replicas,
+    /// This shard's share of `memory_limit_bytes`: every partition's in-memory batches are
+    /// charged to it (and request bytes, by the connections).
+    pub budget: Rc<MemoryBudget>,
 }
 
 impl ShardCtx {
@@ -113,6 +116,7 @@ impl ShardCtx {
             request_budget: budget::ByteBudget::new(shared.config.queued_max_request_bytes),
             groups: groups::GroupShard::new(shared.config.group_config()),
             replicas: replica::Replicas::default(),
+            budget: MemoryBudget::new(shared.config.shard_memory_limit_bytes(shared.nr_shards)),
         }
     }
 
@@ -168,6 +172,7 @@ impl ShardCtx {
         let dir = self.shared.partition_dir(topic, partition);
         // Every log is a replica: the replication layer (`replica`) moves its high watermark.
         let p = Partition::open_replicated(dir, config).await?;
+        p.set_budget(Rc::clone(&self.budget));
         self.partitions
             .borrow_mut()
             .entry(topic.to_string())

@@ -4,7 +4,7 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 
 use super::{now_ms, ShardCtx};
@@ -501,9 +501,9 @@ impl Appending {
                 self.next += 1;
                 continue;
             };
-            // The batch is copied once, out of the request frame, into a buffer the log owns
+            // The log copies the batch once, out of the request frame, into a buffer it owns
             // and patches (base offset, leader epoch) in place.
-            match self.partition.append(BytesMut::from(slice), now) {
+            match self.partition.append(slice, now) {
                 Ok(o) => {
                     self.next += 1;
                     self.last_offset = o.last_offset;

@@ -20,8 +20,10 @@ pub type IoFuture<'a, T> = LocalBoxFuture<'a, io::Result<T>>;
 pub trait SegmentFile {
     /// Direct-I/O alignment (typically 4096 or 512).
     fn alignment(&self) -> u64;
-    /// Writes `data` at `pos` (aligned), zero-padding to the alignment.
-    fn write_at<'a>(&'a self, data: &'a [u8], pos: u64) -> IoFuture<'a, ()>;
+    /// Writes the concatenation of `chunks` at `pos` (aligned), zero-padding to the
+    /// alignment. Taking the staged batches as they are (shared `Bytes`) lets the one copy
+    /// of the produce path be the copy into the aligned DMA buffer.
+    fn write_at<'a>(&'a self, chunks: &'a [Bytes], pos: u64) -> IoFuture<'a, ()>;
     /// Reads up to `len` bytes at `pos` (any alignment); short at end of file.
     fn read_at(&self, pos: u64, len: usize) -> IoFuture<'_, Bytes>;
     fn sync_data(&self) -> IoFuture<'_, ()>;
@@ -106,15 +108,20 @@ impl SegmentFile for DmaSegmentFile {
     fn alignment(&self) -> u64 {
         self.file.alignment()
     }
-    fn write_at<'a>(&'a self, data: &'a [u8], pos: u64) -> IoFuture<'a, ()> {
+    fn write_at<'a>(&'a self, chunks: &'a [Bytes], pos: u64) -> IoFuture<'a, ()> {
         Box::pin(async move {
-            let len = self.file.align_up(data.len() as u64) as usize;
+            let data_len: usize = chunks.iter().map(|c| c.len()).sum();
+            let len = self.file.align_up(data_len as u64) as usize;
             let mut buf = self.file.alloc_dma_buffer(len);
-            let slice = buf.as_bytes_mut();
-            // The DMA buffer is exactly `len >= data.len()` bytes.
-            let (head, tail) = slice.split_at_mut(data.len());
-            head.copy_from_slice(data);
-            tail.fill(0);
+            let mut rest = buf.as_bytes_mut();
+            // The DMA buffer is exactly `len >= data_len` bytes.
+            for c in chunks {
+                let (head, tail) = rest.split_at_mut(c.len());
+                head.copy_from_slice(c);
+                rest = tail;
+            }
+            rest.fill(0);
+            super::copy_stats::add_dma(data_len);
             let written = self.file.write_at(buf, pos).await?;
             if written < len {
                 return Err(io::Error::new(

@@ -30,6 +30,7 @@
 //! Not handled yet: transactions (no LSO / aborted-transaction index; control batches are
 //! stored but bypass sequence checks), compaction.
 
+mod budget;
 mod config;
 mod epoch_checkpoint;
 mod file_io;
@@ -50,6 +51,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use crate::replication::epoch_cache::{EpochCache, EpochEntry};
+pub use budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 pub use config::{FlushPolicy, LogConfig, TimestampType};
 pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
 pub use partition::{AppendOutcome, HwMode, Partition, ReadOutcome, ReplicaAppendOutcome};
@@ -80,6 +82,50 @@ pub const ACTIVE_CHECKPOINT_BYTES: u64 = 16 << 20;
 pub const HW_CHECKPOINT_INTERVAL_MS: u64 = 5_000;
 /// A small state file larger than this is treated as corrupt rather than read into memory.
 pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
+
+/// Bytes of record batches the storage layer copied on this thread (one shard), by where.
+/// The produce path's budget is one copy of every appended byte (`into_log`: out of the
+/// request into the batch the log owns, patched there) plus the copy into the aligned DMA
+/// buffer that is written (`into_dma`, which also rewrites each partial last block once
+/// more), plus at most one alignment unit per write to detach that partial block from its
+/// batch (`partial_block`). Counted always: a few adds per batch, read by tests and benches.
+pub mod copy_stats {
+    use std::cell::Cell;
+
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub struct CopyStats {
+        pub into_log: u64,
+        pub into_dma: u64,
+        pub partial_block: u64,
+    }
+
+    thread_local! {
+        static STATS: Cell<CopyStats> = const { Cell::new(CopyStats { into_log: 0, into_dma: 0, partial_block: 0 }) };
+    }
+
+    /// This thread's counters so far.
+    pub fn get() -> CopyStats {
+        STATS.with(|s| s.get())
+    }
+
+    fn update(f: impl FnOnce(&mut CopyStats)) {
+        STATS.with(|s| {
+            let mut v = s.get();
+            f(&mut v);
+            s.set(v);
+        });
+    }
+
+    pub(crate) fn add_log(n: usize) {
+        update(|s| s.into_log += n as u64);
+    }
+    pub(crate) fn add_dma(n: usize) {
+        update(|s| s.into_dma += n as u64);
+    }
+    pub(crate) fn add_partial_block(n: usize) {
+        update(|s| s.partial_block += n as u64);
+    }
+}
 
 /// Storage failures. Clone so one flush failure can be handed to every waiter.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 use super::epoch_checkpoint;
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
@@ -272,6 +273,8 @@ pub struct Partition {
     state_lock: glommio::sync::Semaphore,
     /// The log end moved (appends); follower fetches long-poll on it.
     appended: Notify,
+    /// The shard's memory budget: every batch this log holds in memory is charged to it.
+    budget: RefCell<Rc<MemoryBudget>>,
 }
 
 enum Step {
@@ -424,6 +427,7 @@ impl Partition {
             meta_lock: glommio::sync::Semaphore::new(1),
             state_lock: glommio::sync::Semaphore::new(1),
             appended: Notify::default(),
+            budget: RefCell::new(MemoryBudget::unlimited()),
         });
         let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
         *p.flusher.borrow_mut() = Some(task);
@@ -434,24 +438,68 @@ impl Partition {
         &self.dir
     }
 
+    /// Counts this log's in-memory batches against `budget` (the shard's) from now on, and
+    /// lets the budget evict its tail cache when the shard is short of memory.
+    pub fn set_budget(self: &Rc<Self>, budget: Rc<MemoryBudget>) {
+        let me: Rc<dyn Evictable> = self.clone();
+        budget.register(Rc::downgrade(&me));
+        *self.budget.borrow_mut() = budget;
+    }
+
+    /// The budget charge for `len` more bytes in memory: evicting cached batches (of any
+    /// log of the shard) if needed. With no room even then, a log with nothing staged
+    /// still takes its batch (so every log makes progress and internal appends never stall
+    /// behind producers); one with staged bytes is refused, and its producer waits
+    /// (`wait_for_staging_room`) until a flush and eviction make room.
+    /// Called before borrowing `inner`: eviction borrows every log of the shard.
+    fn charge(&self, len: usize) -> Result<Charge, usize> {
+        let budget = Rc::clone(&self.budget.borrow());
+        if let Some(c) = budget.charge_evicting(MemoryClass::Log, len) {
+            return Ok(c);
+        }
+        let staged = self.inner.borrow().staged_bytes() as usize;
+        if staged == 0 {
+            return Ok(budget.charge_forced(MemoryClass::Log, len));
+        }
+        Err(staged)
+    }
+
     /// Appends one batch the caller validated (see module doc). Not yet durable on return.
-    pub fn append(&self, mut batch: BytesMut, now_ms: i64) -> Result<AppendOutcome, AppendError> {
-        let header = BatchHeader::parse(&batch).map_err(AppendError::CorruptMessage)?;
-        if header.total_len() != batch.len() {
+    /// The batch (a slice of the request) is copied exactly once, into the buffer the log
+    /// owns, and its offsets and leader epoch are patched there (outside the CRC); the tail
+    /// cache and the segment's staging share that buffer until the flusher writes it.
+    pub fn append(
+        &self,
+        batch: impl AsRef<[u8]>,
+        now_ms: i64,
+    ) -> Result<AppendOutcome, AppendError> {
+        let input = batch.as_ref();
+        let header = BatchHeader::parse(input).map_err(AppendError::CorruptMessage)?;
+        if header.total_len() != input.len() {
             return Err(AppendError::CorruptMessage(BatchError::BadLength {
                 len: header.batch_length as i64,
-                min: batch.len(),
+                min: input.len(),
             }));
         }
+        {
+            let inner = self.inner.borrow();
+            inner.check_open()?;
+            let max = inner.config.max_message_bytes;
+            if input.len() > max as usize {
+                return Err(AppendError::MessageTooLarge {
+                    size: input.len(),
+                    max,
+                });
+            }
+        }
+        let charge = self
+            .charge(input.len())
+            .map_err(|staged| AppendError::Backpressure {
+                staged_bytes: staged,
+                max: self.budget.borrow().limit().min(STAGING_BYTES_MAX),
+            })?;
         let mut inner = self.inner.borrow_mut();
         inner.check_open()?;
-        let max = inner.config.max_message_bytes;
-        if batch.len() > max as usize {
-            return Err(AppendError::MessageTooLarge {
-                size: batch.len(),
-                max,
-            });
-        }
         let id = BatchIdentity {
             // Control batches (transaction markers) carry no sequence: never checked.
             producer_id: if header.is_control() {
@@ -504,7 +552,7 @@ impl Partition {
         }
         let staged = inner.staged_bytes() as usize;
         // An empty buffer always takes one batch, however large, so nothing waits forever.
-        if staged > 0 && staged + batch.len() > STAGING_BYTES_MAX {
+        if staged > 0 && staged + input.len() > STAGING_BYTES_MAX {
             return Err(AppendError::Backpressure {
                 staged_bytes: staged,
                 max: STAGING_BYTES_MAX,
@@ -513,6 +561,9 @@ impl Partition {
 
         let base_offset = inner.next_offset;
         let leader_epoch = inner.leader_epoch;
+        // The one copy of the produce path's record bytes (see `copy_stats`).
+        let mut batch = BytesMut::from(input);
+        super::copy_stats::add_log(input.len());
         patch_base_offset(&mut batch, base_offset);
         patch_leader_epoch(&mut batch, leader_epoch);
         let log_append_time_ms = match inner.config.message_timestamp_type {
@@ -532,7 +583,7 @@ impl Partition {
         }
         let bytes = batch.freeze();
         let interval = inner.config.index_interval_bytes;
-        inner.active().append(&bytes, &h, interval, now_ms);
+        inner.active().append(bytes.clone(), &h, interval, now_ms);
         inner.next_offset = h.last_offset() + 1;
         inner.assign_epoch(leader_epoch, base_offset);
         inner.producers.record(&id, base_offset, h.last_offset());
@@ -544,6 +595,7 @@ impl Partition {
             last_offset: h.last_offset(),
             max_timestamp: h.max_timestamp,
             bytes,
+            charge,
         });
         let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
         inner.cache.evict(limit, written);
@@ -589,10 +641,21 @@ impl Partition {
     /// its size limit) is ignored. Producer state and the leader-epoch cache are updated
     /// from the batches, as recovery does, so this replica dedups correctly if it becomes
     /// leader. Not durable on return: `wait_durable(last_offset)` as for `append`.
+    ///
+    /// Each batch is copied out of the fetch response into a buffer of its own: the
+    /// response (up to `replica_fetch_response_max_bytes`, many partitions) is then freed
+    /// at once, instead of being pinned whole by whichever log cached its last slice.
     pub fn append_replica(
         &self,
         batches: Bytes,
     ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
+        self.inner.borrow().check_open()?;
+        let mut charge =
+            self.charge(batches.len())
+                .map_err(|staged| ReplicaAppendError::Backpressure {
+                    staged_bytes: staged,
+                    max: self.budget.borrow().limit().min(STAGING_BYTES_MAX),
+                })?;
         let mut inner = self.inner.borrow_mut();
         inner.check_open()?;
         let mut parsed = Vec::new();
@@ -616,7 +679,7 @@ impl Partition {
                 });
             }
             expected = h.last_offset() + 1;
-            parsed.push((h, batches.slice(at..at + len)));
+            parsed.push((h, Bytes::copy_from_slice(one)));
             at += len;
             total += len;
         }
@@ -643,7 +706,7 @@ impl Partition {
                 inner.roll(&self.dir);
             }
             let interval = inner.config.index_interval_bytes;
-            inner.active().append(&bytes, &h, interval, now_ms);
+            inner.active().append(bytes.clone(), &h, interval, now_ms);
             inner.next_offset = h.last_offset() + 1;
             inner.assign_epoch(h.partition_leader_epoch, h.base_offset);
             if !h.is_control() {
@@ -658,13 +721,22 @@ impl Partition {
             if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
                 inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
             }
+            // The charge taken for the whole input is split over the batches kept.
+            let batch_charge = {
+                let budget = Rc::clone(&self.budget.borrow());
+                let c = budget.charge_forced(MemoryClass::Log, bytes.len());
+                charge.shrink(bytes.len());
+                c
+            };
             inner.cache.push(CachedBatch {
                 base_offset: h.base_offset,
                 last_offset: h.last_offset(),
                 max_timestamp: h.max_timestamp,
                 bytes,
+                charge: batch_charge,
             });
         }
+        drop(charge);
         let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
         inner.cache.evict(limit, written);
         let hw_moves = count > 0
@@ -692,10 +764,13 @@ impl Partition {
 
     /// Resolves once the staging buffer has room for `len` more bytes, so a producer that
     /// outruns the disk waits for the flusher instead of being refused.
+    /// Also waits for room in the shard's memory budget (after evicting cached batches).
     pub async fn wait_for_staging_room(&self, len: usize) -> Result<(), Error> {
+        let budget = Rc::clone(&self.budget.borrow());
         loop {
             let listener = self.progress.listen();
-            {
+            let released = budget.room();
+            let staged = {
                 let inner = self.inner.borrow();
                 if let Some(e) = &inner.failed {
                     return Err(e.clone());
@@ -703,13 +778,18 @@ impl Partition {
                 if inner.closed {
                     return Err(Error::Closed);
                 }
-                let staged = inner.staged_bytes() as usize;
-                if staged == 0 || staged + len <= STAGING_BYTES_MAX {
-                    return Ok(());
-                }
+                inner.staged_bytes() as usize
+            };
+            if staged == 0 {
+                return Ok(());
+            }
+            if staged + len <= STAGING_BYTES_MAX
+                && budget.charge_evicting(MemoryClass::Log, len).is_some()
+            {
+                return Ok(());
             }
             self.flush_wakeup.notify_all();
-            listener.await;
+            futures_lite::future::or(listener, released).await;
         }
     }
 
@@ -1316,7 +1396,12 @@ impl Partition {
         }
         self.flusher.borrow_mut().take();
         let result = self.write_close_state().await;
-        self.inner.borrow_mut().closed = true;
+        {
+            // A closed log serves nothing: give its memory back to the shard's budget.
+            let mut inner = self.inner.borrow_mut();
+            inner.closed = true;
+            inner.cache.clear();
+        }
         self.progress.notify_all();
         result
     }
@@ -1833,8 +1918,10 @@ impl Partition {
                 let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
                     return Ok(());
                 };
+                // Shared handles on the staged batches: the only copy is the one into the
+                // DMA buffer that `write_at` makes.
                 let data = if seg.unwritten() > 0 {
-                    seg.staging.clone()
+                    seg.staging.chunks()
                 } else {
                     Vec::new()
                 };
@@ -1857,7 +1944,7 @@ impl Partition {
                     seg.file.clone(),
                     seg.path.clone(),
                     data,
-                    seg.staging_start,
+                    seg.staging.start,
                     seg.next_offset,
                     seg.size,
                     seg.sealed,
@@ -1893,7 +1980,8 @@ impl Partition {
                     .get(&base)
                     .map(|s| s.preallocated)
                     .unwrap_or(0);
-                let end = start + data.len() as u64;
+                let data_len: usize = data.iter().map(|c| c.len()).sum();
+                let end = start + data_len as u64;
                 if let Some(target) = preallocation_target(reserved, end, prealloc, segment_bytes) {
                     file.pre_allocate(target)
                         .await
@@ -1902,12 +1990,20 @@ impl Partition {
                         seg.preallocated = seg.preallocated.max(target);
                     }
                 }
+                // The aligned DMA buffer exists while the write runs: counted too.
+                let dma_charge = {
+                    let budget = Rc::clone(&self.budget.borrow());
+                    let aligned = data_len.next_multiple_of(file.alignment().max(1) as usize);
+                    budget.charge_forced(MemoryClass::Log, aligned)
+                };
                 file.write_at(&data, start)
                     .await
                     .map_err(|e| Error::io(&path, "write", e))?;
+                drop(dma_charge);
+                drop(data);
                 let mut inner = self.inner.borrow_mut();
                 if let Some(seg) = inner.segments.get_mut(&base) {
-                    seg.written_through(start, data.len(), file.alignment());
+                    seg.written_through(start, data_len, file.alignment());
                 }
                 inner.written_offset = inner.written_offset.max(end_offset);
                 let limit = inner.config.tail_cache_bytes;
@@ -1966,9 +2062,21 @@ impl Partition {
             }
             if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
                 seg.complete = true;
-                seg.staging = Vec::new();
+                seg.staging = Default::default();
             }
             glommio::yield_if_needed().await;
         }
+    }
+}
+
+impl Evictable for Partition {
+    /// Drops written batches from the front of the tail cache (reads then go to disk).
+    /// A log busy in a borrow (the caller is inside it) gives nothing this time.
+    fn evict(&self, bytes: usize) -> usize {
+        let Ok(mut inner) = self.inner.try_borrow_mut() else {
+            return 0;
+        };
+        let written = inner.written_offset;
+        inner.cache.evict_bytes(bytes, written)
     }
 }

@@ -532,21 +532,22 @@ pub(crate) async fn recover(
         seg.size = valid_end;
         seg.written = valid_end;
         let align = file.alignment().max(1);
-        seg.staging_start = valid_end - valid_end % align;
-        let tail_len = (valid_end - seg.staging_start) as usize;
+        let staging_start = valid_end - valid_end % align;
+        seg.staging.start = staging_start;
+        let tail_len = (valid_end - staging_start) as usize;
         if tail_len > 0 {
             let tail = file
-                .read_at(seg.staging_start, tail_len)
+                .read_at(staging_start, tail_len)
                 .await
                 .map_err(|e| Error::io(&path, "read", e))?;
             if tail.len() != tail_len {
                 return Err(Error::corruption(
                     &path,
-                    seg.staging_start,
+                    staging_start,
                     "short read of the last block",
                 ));
             }
-            seg.staging = tail.to_vec();
+            seg.staging = super::segment::Staging::with_tail(staging_start, tail);
         }
         seg.file = Some(file);
         segments.insert(base, seg);

@@ -2,15 +2,19 @@
 //! sparse offset and time indexes in memory, and (while it is the active segment or not yet
 //! fully written) the bytes staged for the flusher.
 //!
-//! Staging: `staging` holds the file bytes from `staging_start` (aligned down) to `size`.
-//! It always begins with the partial last block already on disk, so a flush rewrites that
+//! Staging: `staging` holds the file bytes from `staging.start` (aligned down) to `size`,
+//! as a list of shared `Bytes` — the very batches the tail cache holds, never a copy. It
+//! always begins with the partial last block already on disk, so a flush rewrites that
 //! block whole, with the new data after it (direct I/O cannot write part of a block). After
-//! a write, the fully written aligned prefix is dropped from the front; appends only ever
+//! a write, the fully written aligned prefix is dropped from the front and the partial last
+//! block (less than one alignment unit) is copied into its own small buffer, so an idle
+//! partition pins at most that much and never a whole batch or request. Appends only ever
 //! extend the back, so a flush in flight never sees bytes move under it.
 //!
-//! Invariants: `written <= size`; `staging_start + staging.len() == size`; offsets in the
+//! Invariants: `written <= size`; `staging.start + staging.len() == size`; offsets in the
 //! segment are `[base_offset, next_offset)`; `size` fits in u32 (index positions).
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -54,8 +58,7 @@ pub(crate) struct Segment {
     pub bytes_since_index: u64,
     pub max_timestamp: i64,
     pub offset_of_max_timestamp: i64,
-    pub staging: Vec<u8>,
-    pub staging_start: u64,
+    pub staging: Staging,
     /// No more appends; the flusher finishes it (fsync, truncate, index files).
     pub sealed: bool,
     /// Sealed, durable, truncated to size, index files written: safe to delete or trust.
@@ -105,8 +108,7 @@ impl Segment {
             bytes_since_index: 0,
             max_timestamp: -1,
             offset_of_max_timestamp: -1,
-            staging: Vec::new(),
-            staging_start: 0,
+            staging: Staging::default(),
             sealed: false,
             complete: false,
             checkpointed_size: 0,
@@ -156,10 +158,10 @@ impl Segment {
         self.next_offset = h.last_offset() + 1;
     }
 
-    /// Stages one batch (already patched) at the end of the segment.
+    /// Stages one batch (already patched) at the end of the segment, without copying it.
     pub(crate) fn append(
         &mut self,
-        bytes: &[u8],
+        bytes: Bytes,
         h: &BatchHeader,
         index_interval_bytes: u32,
         now_ms: i64,
@@ -170,8 +172,8 @@ impl Segment {
         );
         let position = self.size;
         self.index_batch(h, position, index_interval_bytes);
-        self.staging.extend_from_slice(bytes);
         self.size += bytes.len() as u64;
+        self.staging.push(bytes);
         self.first_append_ms.get_or_insert(now_ms);
     }
 
@@ -192,10 +194,95 @@ impl Segment {
         let end = start + len as u64;
         self.written = self.written.max(end);
         let keep_from = end - end % alignment.max(1);
-        let drop = (keep_from.saturating_sub(self.staging_start)) as usize;
-        let drop = drop.min(self.staging.len());
-        self.staging.drain(..drop);
-        self.staging_start += drop as u64;
+        self.staging.drop_before(keep_from);
+        let written_kept = self.written.saturating_sub(self.staging.start) as usize;
+        self.staging.compact_front(written_kept);
+    }
+}
+
+/// The staged bytes of a segment: shared batches in file order, from `start` on.
+#[derive(Debug, Default)]
+pub(crate) struct Staging {
+    /// File position of the first staged byte (aligned).
+    pub start: u64,
+    chunks: VecDeque<Bytes>,
+    len: usize,
+    /// The first chunk is a small buffer of our own (the partial block), not a batch.
+    front_owned: bool,
+}
+
+impl Staging {
+    /// Staging that starts at `start` with `tail` (the partial last block read back at open).
+    pub(crate) fn with_tail(start: u64, tail: Bytes) -> Self {
+        let mut s = Staging {
+            start,
+            ..Staging::default()
+        };
+        s.push(tail);
+        s.front_owned = true;
+        s
+    }
+
+    pub(crate) fn push(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.len += bytes.len();
+        self.chunks.push_back(bytes);
+    }
+
+    /// The staged bytes as shared chunks (no copy), for one write.
+    pub(crate) fn chunks(&self) -> Vec<Bytes> {
+        self.chunks.iter().cloned().collect()
+    }
+
+    /// Forgets everything before file position `keep_from` (written and not to be
+    /// rewritten). What remains of the written part is less than one alignment unit; it is
+    /// copied out of the batches it came from, so they are not pinned by the staging.
+    pub(crate) fn drop_before(&mut self, keep_from: u64) {
+        let mut drop = (keep_from.saturating_sub(self.start) as usize).min(self.len);
+        self.start += drop as u64;
+        self.len -= drop;
+        while drop > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            if front.len() <= drop {
+                drop -= front.len();
+                self.chunks.pop_front();
+                self.front_owned = false;
+            } else {
+                let _ = bytes::Buf::advance(front, drop);
+                drop = 0;
+            }
+        }
+    }
+
+    /// Copies the first `len` staged bytes (the rewritten partial block, already written)
+    /// into one small buffer of their own, releasing the batches they were part of.
+    pub(crate) fn compact_front(&mut self, len: usize) {
+        let len = len.min(self.len);
+        if len == 0 || (self.front_owned && self.chunks.front().is_some_and(|c| c.len() >= len)) {
+            return;
+        }
+        let mut head = bytes::BytesMut::with_capacity(len);
+        let mut need = len;
+        while need > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            let take = front.len().min(need);
+            head.extend_from_slice(front.get(..take).unwrap_or_default());
+            need -= take;
+            if take == front.len() {
+                self.chunks.pop_front();
+            } else {
+                let _ = bytes::Buf::advance(front, take);
+            }
+        }
+        super::copy_stats::add_partial_block(len);
+        self.chunks.push_front(head.freeze());
+        self.front_owned = true;
     }
 }
 

@@ -1,19 +1,28 @@
 //! Recent batches kept in memory as `Bytes`, so fetches at the tail never touch the disk.
 //!
 //! Invariants: entries are contiguous in offset order and end at the log end; an entry is
-//! evicted only from the front, only when over `tail_cache_bytes`, and only once its bytes
-//! are written to the segment file (`written_offset`), so unwritten data is always readable.
+//! evicted only from the front, only when over `tail_cache_bytes` or when the shard's
+//! memory budget asks, and only once its bytes are written to the segment file
+//! (`written_offset`), so unwritten data is always readable.
+//!
+//! Accounting: every entry owns its own buffer (the log's copy of the batch, exactly its
+//! size) and carries the budget `Charge` for it, so what the cache counts is what it pins.
+//! The staging list of the active segment shares these buffers while they are unwritten.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-#[derive(Debug, Clone)]
+use super::budget::Charge;
+
+#[derive(Debug)]
 pub(crate) struct CachedBatch {
     pub base_offset: i64,
     pub last_offset: i64,
     pub max_timestamp: i64,
     pub bytes: Bytes,
+    /// The budget charge for `bytes`, released when the entry goes.
+    pub charge: Charge,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +58,23 @@ impl TailCache {
                 _ => break,
             }
         }
+    }
+
+    /// Evicts written batches from the front until about `want` bytes were released (the
+    /// memory budget asks); returns the bytes released.
+    pub(crate) fn evict_bytes(&mut self, want: usize, written_offset: i64) -> usize {
+        let mut freed = 0;
+        while freed < want {
+            match self.batches.front() {
+                Some(b) if b.last_offset < written_offset => {
+                    freed += b.charge.bytes();
+                    self.bytes -= b.bytes.len();
+                    self.batches.pop_front();
+                }
+                _ => break,
+            }
+        }
+        freed
     }
 
     /// Forgets everything (the log was truncated; the cache must never serve cut batches).

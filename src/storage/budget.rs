@@ -1,0 +1,298 @@
+//! One memory budget per shard: every large buffer a shard holds on behalf of clients —
+//! tail caches, staged (not yet written) batches, follower fetch data, requests being read
+//! or queued — is charged against it, so the process stays bounded whatever the partition
+//! or connection count.
+//!
+//! A `Charge` is RAII: it is taken when the memory is allocated (or pinned) and released
+//! when the holder drops it. Taking one never blocks and never fails silently:
+//! - `try_charge` takes the bytes only if they fit;
+//! - `charge_evicting` first asks the registered caches (`Evictable`) to drop written data
+//!   they keep only to serve reads faster, then takes the bytes if they now fit;
+//! - `charge_forced` takes them regardless, for memory that is already held and must be
+//!   counted (a caller that can wait uses `room` instead).
+//! Writers that find no room wait on `room()` (the budget notifies on every release), so
+//! reaching the budget evicts caches first, then slows writers; it never grows the process.
+//!
+//! Deadlock rule for other users (e.g. request bytes in `server/connection.rs`): a class
+//! that can hold bytes while it waits for storage must cap itself below the whole limit
+//! (`limit() / 2` is the convention), so appends always find room once flushers and
+//! evictions release theirs.
+//!
+//! Single-threaded (`Rc`, `Cell`): a budget belongs to one shard, like everything it counts.
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use super::notify::{Listen, Notify};
+
+/// What a charge is for; kept per class for metrics and for a class's own cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryClass {
+    /// Batches a partition keeps in memory: appended ones (staged until written, then
+    /// cached for tail reads) and replicated ones.
+    Log,
+    /// Request bytes being read from sockets or queued for dispatch.
+    Requests,
+}
+
+const CLASSES: usize = 2;
+
+impl MemoryClass {
+    fn index(self) -> usize {
+        match self {
+            MemoryClass::Log => 0,
+            MemoryClass::Requests => 1,
+        }
+    }
+}
+
+/// Something holding memory it can give back on demand (a partition's tail cache).
+pub trait Evictable {
+    /// Drops up to about `bytes` of memory it can rebuild (data already written to disk);
+    /// returns the bytes released.
+    fn evict(&self, bytes: usize) -> usize;
+}
+
+/// Evictables registered at most before the dead ones are pruned (bounds the registry).
+const EVICTABLES_PRUNE_AT: usize = 1024;
+
+pub struct MemoryBudget {
+    limit: usize,
+    used: Cell<usize>,
+    by_class: [Cell<usize>; CLASSES],
+    /// Bumped on every release: writers waiting for room re-check.
+    released: Notify,
+    evictables: RefCell<Vec<Weak<dyn Evictable>>>,
+    /// Where the next eviction round starts, so every cache gives back in turn.
+    cursor: Cell<usize>,
+    live_evictables_at_prune: Cell<usize>,
+}
+
+impl std::fmt::Debug for MemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBudget")
+            .field("limit", &self.limit)
+            .field("used", &self.used.get())
+            .finish()
+    }
+}
+
+impl MemoryBudget {
+    pub fn new(limit_bytes: usize) -> Rc<Self> {
+        Rc::new(Self {
+            limit: limit_bytes,
+            used: Cell::new(0),
+            by_class: [Cell::new(0), Cell::new(0)],
+            released: Notify::default(),
+            evictables: RefCell::new(Vec::new()),
+            cursor: Cell::new(0),
+            live_evictables_at_prune: Cell::new(0),
+        })
+    }
+
+    /// A budget that never refuses (tools and tests that do not exercise the bound).
+    pub fn unlimited() -> Rc<Self> {
+        Self::new(usize::MAX)
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+    pub fn used(&self) -> usize {
+        self.used.get()
+    }
+    pub fn used_by(&self, class: MemoryClass) -> usize {
+        self.by_class[class.index()].get()
+    }
+    pub fn available(&self) -> usize {
+        self.limit.saturating_sub(self.used.get())
+    }
+
+    /// Registers a cache that `charge_evicting` may ask to give memory back.
+    pub fn register(&self, evictable: Weak<dyn Evictable>) {
+        let mut list = self.evictables.borrow_mut();
+        if list.len() >= EVICTABLES_PRUNE_AT.max(2 * self.live_evictables_at_prune.get()) {
+            list.retain(|w| w.strong_count() > 0);
+            self.live_evictables_at_prune.set(list.len());
+        }
+        list.push(evictable);
+    }
+
+    /// Takes `bytes` if they fit under the limit.
+    pub fn try_charge(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> Option<Charge> {
+        if bytes > self.available() {
+            return None;
+        }
+        Some(self.charge_forced(class, bytes))
+    }
+
+    /// Takes `bytes` whether or not they fit (memory already held that must be counted).
+    pub fn charge_forced(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> Charge {
+        self.used.set(self.used.get().saturating_add(bytes));
+        let c = &self.by_class[class.index()];
+        c.set(c.get().saturating_add(bytes));
+        Charge {
+            budget: Rc::clone(self),
+            class,
+            bytes,
+        }
+    }
+
+    /// Takes `bytes`, evicting registered caches first if they do not fit. `None` when even
+    /// then there is no room: the caller waits (`room`) or refuses.
+    ///
+    /// Must not be called while the caller holds a borrow an `Evictable` needs (a
+    /// partition calls it before borrowing its own state).
+    pub fn charge_evicting(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> Option<Charge> {
+        if let Some(c) = self.try_charge(class, bytes) {
+            return Some(c);
+        }
+        // Free a little more than asked, so a stream of appends at the limit does not run
+        // an eviction round for every batch.
+        let slack = (self.limit / EVICTION_SLACK_DIVISOR).min(EVICTION_SLACK_BYTES_MAX);
+        let mut need = bytes.saturating_sub(self.available()).saturating_add(slack);
+        let list: Vec<Weak<dyn Evictable>> = self.evictables.borrow().clone();
+        let n = list.len();
+        let start = self.cursor.get();
+        // Two sweeps: the first asks each cache for a fair share, the second for the rest.
+        for sweep in 0..2 {
+            for i in 0..n {
+                if need == 0 {
+                    break;
+                }
+                let idx = (start + i) % n;
+                let Some(e) = list.get(idx).and_then(Weak::upgrade) else {
+                    continue;
+                };
+                let ask = if sweep == 0 {
+                    need.div_ceil(n.max(1)).max(EVICTION_SHARE_BYTES_MIN)
+                } else {
+                    need
+                };
+                let freed = e.evict(ask.min(need));
+                need = need.saturating_sub(freed);
+                self.cursor.set((idx + 1) % n.max(1));
+            }
+        }
+        self.try_charge(class, bytes)
+    }
+
+    /// Resolves after the next release; listen before re-checking so none is missed.
+    pub(crate) fn room(&self) -> Listen<'_> {
+        self.released.listen()
+    }
+
+    fn release(&self, class: MemoryClass, bytes: usize) {
+        self.used.set(self.used.get().saturating_sub(bytes));
+        let c = &self.by_class[class.index()];
+        c.set(c.get().saturating_sub(bytes));
+        self.released.notify_all();
+    }
+}
+
+/// One eviction round frees this share of the limit beyond what was asked ...
+const EVICTION_SLACK_DIVISOR: usize = 64;
+/// ... but at most this much.
+const EVICTION_SLACK_BYTES_MAX: usize = 4 << 20;
+/// The smallest amount one cache is asked for in the fair-share sweep.
+const EVICTION_SHARE_BYTES_MIN: usize = 64 << 10;
+
+/// Bytes counted against a budget until dropped.
+pub struct Charge {
+    budget: Rc<MemoryBudget>,
+    class: MemoryClass,
+    bytes: usize,
+}
+
+impl Charge {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Gives back `bytes` of this charge early (the holder shrank).
+    pub fn shrink(&mut self, bytes: usize) {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        self.budget.release(self.class, bytes);
+    }
+}
+
+impl std::fmt::Debug for Charge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Charge({:?}, {})", self.class, self.bytes)
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.class, self.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache holding charges; evicting drops them (oldest first).
+    struct Cache(RefCell<Vec<Charge>>);
+    impl Evictable for Cache {
+        fn evict(&self, bytes: usize) -> usize {
+            let mut freed = 0;
+            let mut held = self.0.borrow_mut();
+            while freed < bytes && !held.is_empty() {
+                freed += held.remove(0).bytes();
+            }
+            freed
+        }
+    }
+
+    /// Charges add up per class, refuse past the limit, and are released on drop.
+    #[test]
+    fn charges_are_counted_and_released() {
+        let b = MemoryBudget::new(100);
+        let a = b.try_charge(MemoryClass::Log, 60).expect("fits");
+        assert!(b.try_charge(MemoryClass::Requests, 41).is_none());
+        let r = b.try_charge(MemoryClass::Requests, 40).expect("fits");
+        assert_eq!((b.used(), b.used_by(MemoryClass::Log)), (100, 60));
+        drop(a);
+        assert_eq!((b.used(), b.used_by(MemoryClass::Requests)), (40, 40));
+        let mut f = b.charge_forced(MemoryClass::Log, 200);
+        assert_eq!(b.used(), 240);
+        f.shrink(150);
+        assert_eq!(b.used(), 90);
+        drop((r, f));
+        assert_eq!(b.used(), 0);
+    }
+
+    /// Past the limit, registered caches are asked to give memory back before a charge is
+    /// refused; a dead cache is skipped; with nothing left to evict the charge is refused.
+    #[test]
+    fn charge_evicting_asks_caches_first() {
+        let b = MemoryBudget::new(1 << 20);
+        let cache = Rc::new(Cache(RefCell::new(Vec::new())));
+        let as_evictable: Rc<dyn Evictable> = cache.clone();
+        b.register(Rc::downgrade(&as_evictable));
+        {
+            let dead: Rc<dyn Evictable> = Rc::new(Cache(RefCell::new(Vec::new())));
+            b.register(Rc::downgrade(&dead));
+        }
+        for _ in 0..16 {
+            let c = b.try_charge(MemoryClass::Log, 64 << 10).expect("fits");
+            cache.0.borrow_mut().push(c);
+        }
+        assert_eq!(b.available(), 0);
+        let c = b
+            .charge_evicting(MemoryClass::Log, 100 << 10)
+            .expect("evicted room");
+        assert!(cache.0.borrow().len() < 15, "evicted at least two entries");
+        assert!(b.used() <= b.limit());
+        let rest = b
+            .try_charge(MemoryClass::Requests, b.available())
+            .expect("fits");
+        cache.0.borrow_mut().clear();
+        let all = b.try_charge(MemoryClass::Log, b.available()).expect("fits");
+        assert!(b.charge_evicting(MemoryClass::Log, 1).is_none());
+        drop((c, rest, all));
+        assert_eq!(b.used(), 0);
+    }
+}
