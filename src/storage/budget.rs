@@ -10,6 +10,7 @@
 //!   they keep only to serve reads faster, then takes the bytes if they now fit;
 //! - `charge_forced` takes them regardless, for memory that is already held and must be
 //!   counted (a caller that can wait uses `room` instead).
+//!
 //! Writers that find no room wait on `room()` (the budget notifies on every release), so
 //! reaching the budget evicts caches first, then slows writers; it never grows the process.
 //!

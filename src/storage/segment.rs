@@ -252,7 +252,7 @@ impl Staging {
                 self.chunks.pop_front();
                 self.front_owned = false;
             } else {
-                let _ = bytes::Buf::advance(front, drop);
+                bytes::Buf::advance(front, drop);
                 drop = 0;
             }
         }
@@ -277,7 +277,7 @@ impl Staging {
             if take == front.len() {
                 self.chunks.pop_front();
             } else {
-                let _ = bytes::Buf::advance(front, take);
+                bytes::Buf::advance(front, take);
             }
         }
         super::copy_stats::add_partial_block(len);
