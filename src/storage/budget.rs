@@ -19,6 +19,12 @@
 //! (`limit() / 2` is the convention), so appends always find room once flushers and
 //! evictions release theirs.
 //!
+//! Writes: a flush copies staged batches into an aligned DMA buffer for the duration of the
+//! write. Those buffers come out of a write pool reserved from the budget up front
+//! (`write_pool_bytes`, an eighth of the limit up to `WRITE_POOL_BYTES_MAX`), taken in
+//! pieces of at most `WRITE_PIECE_BYTES` through a semaphore: five thousand partitions
+//! flushing at once then wait for the pool instead of each holding a copy of its staging.
+//!
 //! Single-threaded (`Rc`, `Cell`): a budget belongs to one shard, like everything it counts.
 
 use std::cell::{Cell, RefCell};
@@ -67,7 +73,18 @@ pub struct MemoryBudget {
     /// Where the next eviction round starts, so every cache gives back in turn.
     cursor: Cell<usize>,
     live_evictables_at_prune: Cell<usize>,
+    /// Bytes reserved for DMA write buffers (0: budget too small for a pool; writes are
+    /// then charged as they happen).
+    write_pool_bytes: usize,
+    write_pool: Rc<glommio::sync::Semaphore>,
 }
+
+/// Largest piece of one write (one DMA buffer); a multiple of every direct-I/O alignment.
+pub const WRITE_PIECE_BYTES: usize = 1 << 20;
+/// The write pool is this share of the limit ...
+const WRITE_POOL_SHARE: usize = 8;
+/// ... up to this much: enough to keep the disk busy, more only holds copies.
+pub const WRITE_POOL_BYTES_MAX: usize = 32 << 20;
 
 impl std::fmt::Debug for MemoryBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,7 +97,11 @@ impl std::fmt::Debug for MemoryBudget {
 
 impl MemoryBudget {
     pub fn new(limit_bytes: usize) -> Rc<Self> {
+        let pool = (limit_bytes / WRITE_POOL_SHARE).min(WRITE_POOL_BYTES_MAX);
+        let pool = pool - pool % WRITE_PIECE_BYTES;
         Rc::new(Self {
+            write_pool_bytes: pool,
+            write_pool: Rc::new(glommio::sync::Semaphore::new(pool as u64)),
             limit: limit_bytes,
             used: Cell::new(0),
             by_class: [Cell::new(0), Cell::new(0)],
@@ -105,8 +126,34 @@ impl MemoryBudget {
     pub fn used_by(&self, class: MemoryClass) -> usize {
         self.by_class[class.index()].get()
     }
+    /// Room for more charges: the limit less what is charged and the write pool.
     pub fn available(&self) -> usize {
-        self.limit.saturating_sub(self.used.get())
+        self.limit
+            .saturating_sub(self.write_pool_bytes)
+            .saturating_sub(self.used.get())
+    }
+
+    pub fn write_pool_bytes(&self) -> usize {
+        self.write_pool_bytes
+    }
+
+    /// Room for one DMA write buffer of `bytes` (at most `WRITE_PIECE_BYTES`): a permit
+    /// from the write pool, or a charge when the budget has no pool.
+    pub(crate) async fn write_buffer(self: &Rc<Self>, bytes: usize) -> WriteBuffer {
+        if self.write_pool_bytes == 0 {
+            return WriteBuffer::Charged {
+                _charge: self.charge_forced(MemoryClass::Log, bytes),
+            };
+        }
+        let units = bytes.min(self.write_pool_bytes) as u64;
+        // The semaphore is never closed, so acquiring cannot fail; if it ever did, the
+        // write goes ahead charged instead.
+        match self.write_pool.acquire_static_permit(units).await {
+            Ok(p) => WriteBuffer::Pooled { _permit: p },
+            Err(_) => WriteBuffer::Charged {
+                _charge: self.charge_forced(MemoryClass::Log, bytes),
+            },
+        }
     }
 
     /// Registers a cache that `charge_evicting` may ask to give memory back.
@@ -197,6 +244,16 @@ const EVICTION_SLACK_DIVISOR: usize = 64;
 const EVICTION_SLACK_BYTES_MAX: usize = 4 << 20;
 /// The smallest amount one cache is asked for in the fair-share sweep.
 const EVICTION_SHARE_BYTES_MIN: usize = 64 << 10;
+
+/// Held while a DMA write buffer exists.
+pub(crate) enum WriteBuffer {
+    Pooled {
+        _permit: glommio::sync::StaticPermit,
+    },
+    Charged {
+        _charge: Charge,
+    },
+}
 
 /// Bytes counted against a budget until dropped.
 pub struct Charge {

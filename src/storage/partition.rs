@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::budget::WRITE_PIECE_BYTES;
 use super::budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 use super::epoch_checkpoint;
 use super::file_io::{DmaFileSystem, FileSystem};
@@ -52,7 +53,7 @@ use super::recovery::{
     scan_epochs, scan_valid, write_indexes, write_producer_snapshot, Recovered,
 };
 use super::retention::{segments_to_delete, SegmentSummary};
-use super::segment::{preallocation_target, read_batches, segment_path, Segment};
+use super::segment::{preallocation_target, read_batches, segment_path, split_writes, Segment};
 use super::state_file::{self, remove_if_exists};
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
@@ -1990,17 +1991,20 @@ impl Partition {
                         seg.preallocated = seg.preallocated.max(target);
                     }
                 }
-                // The aligned DMA buffer exists while the write runs: counted too.
-                let dma_charge = {
-                    let budget = Rc::clone(&self.budget.borrow());
-                    let aligned = data_len.next_multiple_of(file.alignment().max(1) as usize);
-                    budget.charge_forced(MemoryClass::Log, aligned)
-                };
-                file.write_at(&data, start)
-                    .await
-                    .map_err(|e| Error::io(&path, "write", e))?;
-                drop(dma_charge);
-                drop(data);
+                // Each write's aligned DMA buffer comes out of the shard's write pool, one
+                // piece at a time, so many logs flushing at once cannot each hold a copy of
+                // their staging beside it.
+                let budget = Rc::clone(&self.budget.borrow());
+                let mut at = start;
+                for piece in split_writes(data, WRITE_PIECE_BYTES) {
+                    let len: usize = piece.iter().map(|c| c.len()).sum();
+                    let aligned = len.next_multiple_of(file.alignment().max(1) as usize);
+                    let _room = budget.write_buffer(aligned).await;
+                    file.write_at(&piece, at)
+                        .await
+                        .map_err(|e| Error::io(&path, "write", e))?;
+                    at += len as u64;
+                }
                 let mut inner = self.inner.borrow_mut();
                 if let Some(seg) = inner.segments.get_mut(&base) {
                     seg.written_through(start, data_len, file.alignment());

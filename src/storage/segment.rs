@@ -200,6 +200,31 @@ impl Segment {
     }
 }
 
+/// Splits `chunks` (written from an aligned position) into writes of at most `piece` bytes
+/// each (`piece` a multiple of the alignment, so every write but the last ends aligned).
+/// Only `Bytes` handles are sliced: nothing is copied.
+pub(crate) fn split_writes(chunks: Vec<Bytes>, piece: usize) -> Vec<Vec<Bytes>> {
+    let piece = piece.max(1);
+    let mut out = Vec::new();
+    let mut cur: Vec<Bytes> = Vec::new();
+    let mut cur_len = 0usize;
+    for mut c in chunks {
+        while !c.is_empty() {
+            let take = (piece - cur_len).min(c.len());
+            cur.push(c.split_to(take));
+            cur_len += take;
+            if cur_len == piece {
+                out.push(std::mem::take(&mut cur));
+                cur_len = 0;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
 /// The staged bytes of a segment: shared batches in file order, from `start` on.
 #[derive(Debug, Default)]
 pub(crate) struct Staging {
@@ -357,6 +382,26 @@ pub(crate) const BATCH_READ_BYTES_MAX: usize = super::STAGING_BYTES_MAX;
 #[cfg(test)]
 mod preallocation_tests {
     use super::*;
+
+    /// Writes are cut at exact piece boundaries, keep every byte in order, and copy nothing.
+    #[test]
+    fn split_writes_cuts_at_pieces() {
+        let chunks: Vec<Bytes> = [5usize, 3, 9, 1]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Bytes::from(vec![i as u8; *n]))
+            .collect();
+        let all: Vec<u8> = chunks.iter().flat_map(|c| c.to_vec()).collect();
+        let pieces = split_writes(chunks, 4);
+        let lens: Vec<usize> = pieces
+            .iter()
+            .map(|p| p.iter().map(|c| c.len()).sum())
+            .collect();
+        assert_eq!(lens, vec![4, 4, 4, 4, 2]);
+        let joined: Vec<u8> = pieces.iter().flatten().flat_map(|c| c.to_vec()).collect();
+        assert_eq!(joined, all);
+        assert!(split_writes(Vec::new(), 4).is_empty());
+    }
 
     /// Reservation starts small, doubles, is capped per extent and by the segment size,
     /// and always covers the write.
