@@ -108,6 +108,10 @@ pub struct Config {
     /// Memory the broker may hold for data (tail caches, staged batches, follower fetch
     /// data, requests being read or queued), split evenly over the shards.
     pub memory_limit_bytes: usize,
+    /// Free space kept on the data directory's filesystem: below it client produce is
+    /// refused (KAFKA_STORAGE_ERROR) while metadata, deletions and retention keep working.
+    /// At most a tenth of the filesystem is kept (small disks).
+    pub storage_min_free_bytes: u64,
     /// Kafka's offsets.topic.num.partitions: partitions of `__consumer_offsets`, created at
     /// start if missing. Changing it later moves groups to other partitions (as in Kafka).
     pub offsets_topic_num_partitions: i32,
@@ -195,6 +199,7 @@ impl Default for Config {
             log_preallocate_bytes: 64 * 1024 * 1024,
             log_tail_cache_bytes: 32 * 1024 * 1024,
             memory_limit_bytes: 512 * 1024 * 1024,
+            storage_min_free_bytes: 1024 * 1024 * 1024,
             offsets_topic_num_partitions: 50,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,

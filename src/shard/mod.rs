@@ -35,6 +35,8 @@ pub struct Shared {
     pub quorum: Arc<crate::cluster::quorum::Quorum>,
     /// Client connections admitted, broker-wide (max_connections, max_connections_per_ip).
     pub admission: Arc<crate::server::admission::Admission>,
+    /// Free space of the data directory and the reserve under which produce is refused.
+    pub disk: Arc<crate::storage::DiskSpace>,
 }
 
 impl Shared {
@@ -173,6 +175,7 @@ impl ShardCtx {
         // Every log is a replica: the replication layer (`replica`) moves its high watermark.
         let p = Partition::open_replicated(dir, config).await?;
         p.set_budget(Rc::clone(&self.budget));
+        p.set_disk_space(Arc::clone(&self.shared.disk));
         self.partitions
             .borrow_mut()
             .entry(topic.to_string())

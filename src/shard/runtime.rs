@@ -120,12 +120,17 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     let max_connections = connections_within_open_files_limit(config.max_connections);
     let admission =
         crate::server::admission::Admission::new(max_connections, config.max_connections_per_ip);
+    let disk = Arc::new(crate::storage::DiskSpace::new(
+        &config.data_dir,
+        config.storage_min_free_bytes,
+    ));
     let shared = Arc::new(Shared {
         admission,
         config,
         nr_shards,
         catalog,
         quorum: quorum.clone(),
+        disk,
     });
     let builder: Builder =
         glommio::channels::channel_mesh::MeshBuilder::full(nr_shards, MESH_CHANNEL_CAPACITY);
@@ -213,6 +218,9 @@ async fn shard_main(
     let _ = ready_tx.send(Ok(()));
 
     let retention = glommio::spawn_local(retention_loop(ctx.clone())).detach();
+    // One shard measures the free disk space for all.
+    let disk_poll =
+        (shard == 0).then(|| glommio::spawn_local(disk_space_loop(ctx.clone())).detach());
     let group_ticker = glommio::spawn_local(super::groups::ticker(ctx.clone())).detach();
     let metadata = glommio::spawn_local(super::replica::metadata_loop(ctx.clone())).detach();
     let acceptor = glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener)).detach();
@@ -230,6 +238,9 @@ async fn shard_main(
         futures_lite::future::or(notified, glommio::timer::sleep(Duration::from_millis(100))).await;
     }
     retention.cancel();
+    if let Some(t) = disk_poll {
+        t.cancel();
+    }
     group_ticker.cancel();
     metadata.cancel();
     for (topic, i, p) in ctx.all_partitions() {
@@ -238,6 +249,15 @@ async fn shard_main(
         }
     }
     info!(shard, "stopped");
+}
+
+/// Re-measures the data directory's free space every `DISK_SPACE_POLL_MS`.
+async fn disk_space_loop(ctx: Rc<ShardCtx>) {
+    let period = Duration::from_millis(crate::storage::space::DISK_SPACE_POLL_MS);
+    loop {
+        glommio::timer::sleep(period).await;
+        ctx.shared.disk.refresh();
+    }
 }
 
 /// Applies retention (and time-based rolling) to this shard's partitions periodically.

@@ -73,6 +73,10 @@ pub struct MemoryBudget {
     /// Where the next eviction round starts, so every cache gives back in turn.
     cursor: Cell<usize>,
     live_evictables_at_prune: Cell<usize>,
+    /// False after an eviction round found nothing to evict, until a log reports newly
+    /// written (so evictable) data: writers waiting at the limit then do not sweep every
+    /// cache of the shard on every release.
+    maybe_evictable: Cell<bool>,
     /// Bytes reserved for DMA write buffers (0: budget too small for a pool; writes are
     /// then charged as they happen).
     write_pool_bytes: usize,
@@ -109,6 +113,7 @@ impl MemoryBudget {
             evictables: RefCell::new(Vec::new()),
             cursor: Cell::new(0),
             live_evictables_at_prune: Cell::new(0),
+            maybe_evictable: Cell::new(true),
         })
     }
 
@@ -195,6 +200,9 @@ impl MemoryBudget {
         if let Some(c) = self.try_charge(class, bytes) {
             return Some(c);
         }
+        if !self.maybe_evictable.get() {
+            return None;
+        }
         // Free a little more than asked, so a stream of appends at the limit does not run
         // an eviction round for every batch.
         let slack = (self.limit / EVICTION_SLACK_DIVISOR).min(EVICTION_SLACK_BYTES_MAX);
@@ -222,7 +230,15 @@ impl MemoryBudget {
                 self.cursor.set((idx + 1) % n.max(1));
             }
         }
+        if need > 0 {
+            self.maybe_evictable.set(false);
+        }
         self.try_charge(class, bytes)
+    }
+
+    /// A log wrote data it keeps cached: the next eviction round may find something.
+    pub fn mark_evictable(&self) {
+        self.maybe_evictable.set(true);
     }
 
     /// Resolves after the next release; listen before re-checking so none is missed.

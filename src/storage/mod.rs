@@ -41,6 +41,7 @@ pub mod producer_state;
 mod recovery;
 mod retention;
 mod segment;
+pub mod space;
 mod state_file;
 mod tail_cache;
 mod time_index;
@@ -55,6 +56,7 @@ pub use budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 pub use config::{FlushPolicy, LogConfig, TimestampType};
 pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
 pub use partition::{AppendOutcome, HwMode, Partition, ReadOutcome, ReplicaAppendOutcome};
+pub use space::DiskSpace;
 
 use crate::protocol::record_batch::BatchError;
 

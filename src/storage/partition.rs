@@ -38,6 +38,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -54,6 +55,7 @@ use super::recovery::{
 };
 use super::retention::{segments_to_delete, SegmentSummary};
 use super::segment::{preallocation_target, read_batches, segment_path, split_writes, Segment};
+use super::space::DiskSpace;
 use super::state_file::{self, remove_if_exists};
 use super::tail_cache::{CachedBatch, TailCache};
 use super::{
@@ -276,6 +278,9 @@ pub struct Partition {
     appended: Notify,
     /// The shard's memory budget: every batch this log holds in memory is charged to it.
     budget: RefCell<Rc<MemoryBudget>>,
+    /// The data directory's free space: appends and preallocations lower its estimate, and
+    /// preallocation never eats into the reserve.
+    disk: RefCell<Option<Arc<DiskSpace>>>,
 }
 
 enum Step {
@@ -429,6 +434,7 @@ impl Partition {
             state_lock: glommio::sync::Semaphore::new(1),
             appended: Notify::default(),
             budget: RefCell::new(MemoryBudget::unlimited()),
+            disk: RefCell::new(None),
         });
         let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
         *p.flusher.borrow_mut() = Some(task);
@@ -445,6 +451,18 @@ impl Partition {
         let me: Rc<dyn Evictable> = self.clone();
         budget.register(Rc::downgrade(&me));
         *self.budget.borrow_mut() = budget;
+    }
+
+    /// Counts this log's appends and preallocations against `disk`'s free-space estimate,
+    /// and keeps preallocation out of its reserve.
+    pub fn set_disk_space(&self, disk: Arc<DiskSpace>) {
+        *self.disk.borrow_mut() = Some(disk);
+    }
+
+    fn disk_consume(&self, bytes: u64) {
+        if let Some(d) = self.disk.borrow().as_ref() {
+            d.consume(bytes);
+        }
     }
 
     /// The budget charge for `len` more bytes in memory: evicting cached batches (of any
@@ -600,6 +618,7 @@ impl Partition {
         });
         let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
         inner.cache.evict(limit, written);
+        self.disk_consume(h.total_len() as u64);
         let outcome = AppendOutcome {
             base_offset,
             last_offset: h.last_offset(),
@@ -738,6 +757,7 @@ impl Partition {
             });
         }
         drop(charge);
+        self.disk_consume(total as u64);
         let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
         inner.cache.evict(limit, written);
         let hw_moves = count > 0
@@ -1983,12 +2003,29 @@ impl Partition {
                     .unwrap_or(0);
                 let data_len: usize = data.iter().map(|c| c.len()).sum();
                 let end = start + data_len as u64;
-                if let Some(target) = preallocation_target(reserved, end, prealloc, segment_bytes) {
-                    file.pre_allocate(target)
-                        .await
-                        .map_err(|e| Error::io(&path, "fallocate", e))?;
-                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
-                        seg.preallocated = seg.preallocated.max(target);
+                let target = preallocation_target(reserved, end, prealloc, segment_bytes);
+                // Preallocation only speeds writes up: it is skipped rather than allowed to
+                // eat into the free-space reserve, and a full disk does not fail the write
+                // for it (the write itself then reports what the disk says).
+                let disk = self.disk.borrow().clone();
+                let target = target.filter(|t| {
+                    disk.as_ref()
+                        .is_none_or(|d| d.may_preallocate(t.saturating_sub(reserved.max(end))))
+                });
+                if let Some(target) = target {
+                    match file.pre_allocate(target).await {
+                        Ok(()) => {
+                            if let Some(d) = &disk {
+                                d.consume(target.saturating_sub(reserved.max(end)));
+                            }
+                            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                                seg.preallocated = seg.preallocated.max(target);
+                            }
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                            tracing::debug!(path = %path.display(), "no space to preallocate");
+                        }
+                        Err(e) => return Err(Error::io(&path, "fallocate", e)),
                     }
                 }
                 // Each write's aligned DMA buffer comes out of the shard's write pool, one
@@ -2010,6 +2047,7 @@ impl Partition {
                     seg.written_through(start, data_len, file.alignment());
                 }
                 inner.written_offset = inner.written_offset.max(end_offset);
+                budget.mark_evictable();
                 let limit = inner.config.tail_cache_bytes;
                 let written = inner.written_offset;
                 inner.cache.evict(limit, written);

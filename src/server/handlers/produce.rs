@@ -17,13 +17,21 @@ use crate::shard::ShardCtx;
 /// of the op sent to shard `shard`.
 enum Source {
     Error(ErrorCode),
-    Shard { shard: usize, index: usize },
+    Shard {
+        shard: usize,
+        index: usize,
+    },
+    /// Refused: the disk is under its free-space reserve.
+    DiskFull(ErrorCode),
 }
+
+/// The message a refused produce carries (what Redpanda answers too).
+const DISK_FULL_MESSAGE: &str = "no disk space; bytes free less than storage_min_free_bytes";
 
 /// Starts the appends and returns a future of the response (`None` for acks=0).
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
-    _version: i16,
+    version: i16,
     req: ProduceRequest,
 ) -> LocalBoxFuture<'static, Option<ProduceResponse>> {
     let acks = req.acks;
@@ -33,6 +41,19 @@ pub async fn handle(
         (0..nr_shards).map(|_| Vec::new()).collect();
     let mut layout: Vec<(String, Vec<(i32, Source)>)> = Vec::with_capacity(req.topic_data.len());
     let invalid_acks = !(-1..=1).contains(&acks);
+    // Under the free-space reserve every partition is refused before anything is appended
+    // (as Redpanda does): the space left is kept for metadata, deletions and retention.
+    let disk_full = ctx.shared.disk.produce_refused();
+    if disk_full {
+        ctx.shared.disk.log_refused(crate::shard::mono_ms());
+    }
+    // Produce v4 is where clients learned KAFKA_STORAGE_ERROR; older ones get a retriable
+    // code they know.
+    let disk_full_code = if version >= 4 {
+        ErrorCode::KafkaStorageError
+    } else {
+        ErrorCode::BrokerNotAvailable
+    };
     let transactional = req.transactional_id.is_some();
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
@@ -43,6 +64,8 @@ pub async fn handle(
                 Source::Error(ErrorCode::InvalidRequiredAcks)
             } else if transactional {
                 Source::Error(ErrorCode::TransactionalIdAuthorizationFailed)
+            } else if disk_full {
+                Source::DiskFull(disk_full_code)
             } else if name == crate::group::OFFSETS_TOPIC {
                 // Only the group coordinator writes its internal topic (Kafka: "Cannot append
                 // to internal topic").
@@ -117,6 +140,13 @@ pub async fn handle(
                             .map(|(index, source)| {
                                 let r = match source {
                                     Source::Error(e) => Err(e),
+                                    Source::DiskFull(e) => Ok(ProduceResult {
+                                        error: Some(e),
+                                        message: Some(DISK_FULL_MESSAGE.to_string()),
+                                        base_offset: -1,
+                                        log_append_time_ms: -1,
+                                        log_start_offset: -1,
+                                    }),
                                     Source::Shard { shard, index } => replies
                                         .get(shard)
                                         .and_then(|r| r.get(index))

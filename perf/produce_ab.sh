@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A/B produce throughput of two broker binaries in the same run, alternating A B A B ...
+# Usage: perf/produce_ab.sh BIN_A BIN_B [ROUNDS] [bench produce flags...]
+# Prints one line per run: label records/s MB/s p99_us, then the median MB/s of each side.
+set -euo pipefail
+A=$1; B=$2; ROUNDS=${3:-3}; shift 3 || true
+FLAGS=("$@")
+[ ${#FLAGS[@]} -eq 0 ] && FLAGS=(--partitions 1 --records 2000000 --record-size 1024 --acks all)
+one() {
+  local bin=$1 label=$2 dir port pid
+  dir=$(mktemp -d); port=$((20000 + RANDOM % 20000))
+  "$bin" serve --data-dir "$dir/data" --listen 127.0.0.1:$port >"$dir/log" 2>&1 & pid=$!
+  for _ in $(seq 100); do "$bin" topic list --bootstrap 127.0.0.1:$port >/dev/null 2>&1 && break; sleep 0.2; done
+  "$B" bench produce --bootstrap 127.0.0.1:$port --topic ab "${FLAGS[@]}" --json --label "$label" 2>/dev/null \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["label"], round(r["records_per_sec"]), round(r["mb_per_sec"],1), r["latency_us"]["p99"])'
+  kill $pid; wait $pid 2>/dev/null || true; rm -rf "$dir"
+}
+for i in $(seq "$ROUNDS"); do one "$A" A; one "$B" B; done | tee /dev/stderr | python3 -c '
+import sys, statistics
+rows=[l.split() for l in sys.stdin if l.strip()]
+for side in "AB":
+    v=[float(r[2]) for r in rows if r[0]==side]
+    print(side, "median MB/s", statistics.median(v), "runs", v)
+a=statistics.median(float(r[2]) for r in rows if r[0]=="A"); b=statistics.median(float(r[2]) for r in rows if r[0]=="B")
+print("B/A", round(b/a, 3))'
