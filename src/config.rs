@@ -279,21 +279,14 @@ impl Config {
                 table.insert(key, value);
             }
         }
-        for (name, raw) in env {
-            let Some(key) = name.strip_prefix("STRATA_") else {
-                continue;
-            };
-            let key = key.to_ascii_lowercase();
-            // Variables the command line itself uses (STRATA_BOOTSTRAP, ...) are not settings.
-            let Some(current) = table.get(&key) else {
-                continue;
-            };
-            let value = parse_like(current, &raw).map_err(|message| ConfigError::Env {
-                name: name.clone(),
-                value: raw.clone(),
-                message,
-            })?;
-            table.insert(key, value);
+        for name in apply_env(&mut table, env)? {
+            // The config file refuses an unknown key; a variable may belong to another
+            // program, so it is not refused, but a misspelt setting must not pass unnoticed.
+            tracing::warn!(
+                variable = %name,
+                "unknown STRATA_* environment variable ignored: not a setting (see \
+                 config/strata.toml) nor one the strata tools use"
+            );
         }
         let mut config: Config =
             table
@@ -715,6 +708,54 @@ pub fn parse_host_port(text: &str) -> Option<(String, i32)> {
     Some((host.to_string(), port as i32))
 }
 
+/// `STRATA_*` variables that are not broker settings: the command line's own (`STRATA_CONFIG`,
+/// `STRATA_LOG`, `STRATA_BOOTSTRAP`) and those of the test, simulation and fuzz tooling, which
+/// a developer's shell exports while starting brokers. They are skipped without a warning.
+const NOT_SETTINGS: &[&str] = &[
+    "STRATA_BOOTSTRAP",
+    "STRATA_CONFIG",
+    "STRATA_LOG",
+    "STRATA_BIN",
+    "STRATA_SKIP_NETNS",
+    "STRATA_NETNS_FIREWALL",
+    "STRATA_CLUSTER_REPLICA_READ",
+];
+/// Families of tooling variables (`STRATA_TEST_BROKER`, `STRATA_SIM_SEED`, `STRATA_FUZZ_SEEDS`).
+const NOT_SETTING_PREFIXES: &[&str] = &["STRATA_TEST_", "STRATA_SIM_", "STRATA_FUZZ_"];
+
+fn is_tooling_variable(name: &str) -> bool {
+    NOT_SETTINGS.contains(&name) || NOT_SETTING_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Applies every `STRATA_<SETTING>` variable of `env` to `table`; returns the names of the
+/// `STRATA_*` variables that are neither a setting nor a known tooling variable.
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl Iterator<Item = (String, String)>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut unknown = Vec::new();
+    for (name, raw) in env {
+        let Some(key) = name.strip_prefix("STRATA_") else {
+            continue;
+        };
+        let key = key.to_ascii_lowercase();
+        let Some(current) = table.get(&key) else {
+            if !is_tooling_variable(&name) {
+                unknown.push(name);
+            }
+            continue;
+        };
+        let value = parse_like(current, &raw).map_err(|message| ConfigError::Env {
+            name: name.clone(),
+            value: raw.clone(),
+            message,
+        })?;
+        table.insert(key, value);
+    }
+    unknown.sort();
+    Ok(unknown)
+}
+
 /// Parses an environment string into the same TOML type as the current value.
 fn parse_like(current: &toml::Value, raw: &str) -> Result<toml::Value, String> {
     Ok(match current {
@@ -867,6 +908,29 @@ mod tests {
         assert_eq!(c.log_retention_ms, 7);
         assert_eq!(c.listen, "127.0.0.1:3");
         assert_eq!(c.log_segment_bytes, Config::default().log_segment_bytes);
+    }
+
+    /// A `STRATA_*` variable that is no setting is reported (a misspelt setting changes
+    /// nothing otherwise), except the variables the strata tools themselves use.
+    #[test]
+    fn unknown_environment_variables_are_reported() {
+        let mut table = toml::Table::try_from(Config::default()).expect("defaults");
+        let env = [
+            ("STRATA_LOG_RETENTON_MS", "1"),
+            ("STRATA_NUM_PARTITIONS", "4"),
+            ("STRATA_BOOTSTRAP", "127.0.0.1:9092"),
+            ("STRATA_BIN", "/x/strata"),
+            ("STRATA_LOG", "debug"),
+            ("STRATA_CONFIG", "s.toml"),
+            ("STRATA_TEST_BROKER", "strata"),
+            ("STRATA_SIM_SEED", "7"),
+            ("STRATAX", "not ours"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let unknown = apply_env(&mut table, env.into_iter()).expect("apply");
+        assert_eq!(unknown, vec!["STRATA_LOG_RETENTON_MS".to_string()]);
+        assert_eq!(table.get("num_partitions"), Some(&toml::Value::Integer(4)));
     }
 
     /// Unknown keys in the file and malformed values are rejected with the key named.
