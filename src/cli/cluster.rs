@@ -266,10 +266,17 @@ fn status_text(
     let ongoing = reassignments.as_deref().map(index).unwrap_or_default();
     let mut rows = Vec::new();
     let mut under = 0;
+    let mut offline_reasons = Vec::new();
     for t in &metadata.topics {
         for p in &t.partitions {
             if under_replicated(&p.replicas, &p.isr) {
                 under += 1;
+            }
+            for (node, reason) in &p.offline_reasons {
+                offline_reasons.push(format!(
+                    "{}-{} on broker {node}: {reason}",
+                    t.name, p.partition
+                ));
             }
             let moving = ongoing
                 .get(&(t.name.as_str(), p.partition))
@@ -310,6 +317,15 @@ fn status_text(
         rows,
     ));
     let _ = writeln!(out, "\nUnder-replicated partitions: {under}");
+    if !offline_reasons.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOffline replicas (KAFKA_STORAGE_ERROR until the broker restarts):"
+        );
+        for line in offline_reasons {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     if let Err(e) = reassignments {
         let _ = writeln!(out, "Reassignments: unavailable ({e})");
     }
@@ -343,6 +359,7 @@ fn status_json(
                     "replicas": p.replicas,
                     "isr": p.isr,
                     "offline_replicas": p.offline_replicas,
+                    "offline_reasons": p.offline_reasons,
                     "under_replicated": under_replicated(&p.replicas, &p.isr),
                     "reassignment": reassignment,
                 })

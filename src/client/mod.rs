@@ -125,6 +125,8 @@ pub struct PartitionInfo {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     pub offline_replicas: Vec<i32>,
+    /// Why replicas are offline, when a Strata broker says (node id -> reason).
+    pub offline_reasons: BTreeMap<i32, String>,
     pub error_code: i16,
 }
 
@@ -373,6 +375,11 @@ fn convert_metadata(response: MetadataResponse) -> ClusterMetadata {
                     replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
                     isr: p.isr_nodes.iter().map(|b| b.0).collect(),
                     offline_replicas: p.offline_replicas.iter().map(|b| b.0).collect(),
+                    offline_reasons: p
+                        .unknown_tagged_fields
+                        .get(&crate::protocol::OFFLINE_REASONS_TAG)
+                        .map(|b| crate::protocol::decode_offline_reasons(b))
+                        .unwrap_or_default(),
                     error_code: p.error_code,
                 })
                 .collect();

@@ -35,6 +35,11 @@ pub struct PartitionMeta {
     pub adding: Vec<i32>,
     #[serde(default)]
     pub removing: Vec<i32>,
+    /// Replicas whose broker cannot open their log, with the reason it reported (Kafka: a
+    /// replica in an offline log dir). Such a replica is out of the ISR (unless it is the last
+    /// member, which Kafka keeps) and may not lead, until its broker registers again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub offline: BTreeMap<i32, String>,
 }
 
 impl PartitionMeta {
@@ -49,6 +54,7 @@ impl PartitionMeta {
             partition_epoch: 0,
             adding: Vec::new(),
             removing: Vec::new(),
+            offline: BTreeMap::new(),
         }
     }
     /// The shard owning this partition on `node`, if `node` holds a replica.

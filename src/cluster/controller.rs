@@ -157,6 +157,15 @@ pub enum ControllerRequest {
     AllocateProducerIds {
         broker_id: i32,
     },
+    /// A broker cannot open its replica of a partition (Kafka: the replica's log dir went
+    /// offline and the broker reported it): it leaves the ISR and may not lead until the
+    /// broker registers again.
+    ReplicaOffline {
+        node_id: i32,
+        topic: String,
+        partition: i32,
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,6 +249,9 @@ pub enum ControllerResponse {
         status: Status,
         first_id: i64,
         count: i64,
+    },
+    ReplicaOffline {
+        status: Status,
     },
     /// The request could not be decoded or is not one the controller serves.
     Error {
@@ -386,21 +398,18 @@ fn unclean_allowed(c: &Catalog, topic: &str) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
-/// Kafka's leader choice for `p`: the first replica in assignment order that is in the ISR
-/// and unfenced. Failing that, and only if `unclean`, the first unfenced replica; the ISR
+/// Kafka's leader choice for `p`: the first replica in assignment order that is in the ISR,
+/// unfenced and not offline. Failing that, and only if `unclean`, the first unfenced replica; the ISR
 /// then shrinks to that replica alone, since nothing else is known to hold its log. Sets
 /// `leader = -1` when no replica qualifies.
 fn elect(c: &Catalog, p: &mut PartitionMeta, unclean: bool) {
-    if let Some(r) = p
-        .replicas
-        .iter()
-        .find(|r| p.isr.contains(r) && is_unfenced(c, **r))
-    {
+    let eligible = |r: &i32| is_unfenced(c, *r) && !p.offline.contains_key(r);
+    if let Some(r) = p.replicas.iter().find(|r| p.isr.contains(r) && eligible(r)) {
         p.leader = *r;
         return;
     }
     if unclean {
-        if let Some(r) = p.replicas.iter().find(|r| is_unfenced(c, **r)) {
+        if let Some(r) = p.replicas.iter().find(|r| eligible(r)) {
             p.leader = *r;
             p.isr = vec![*r];
             return;
@@ -427,6 +436,7 @@ fn try_complete_reassignment(c: &Catalog, p: &mut PartitionMeta) {
     }
     p.shards = target.iter().map(|r| p.shard_of(*r).unwrap_or(0)).collect();
     p.isr.retain(|r| target.contains(r));
+    p.offline.retain(|r, _| target.contains(r));
     p.replicas = target;
     p.adding.clear();
     p.removing.clear();
@@ -458,6 +468,7 @@ fn revert_reassignment(c: &Catalog, p: &PartitionMeta) -> Result<PartitionMeta, 
         .map(|r| p.shard_of(*r).unwrap_or(0))
         .collect();
     n.isr.retain(|r| original.contains(r));
+    n.offline.retain(|r, _| original.contains(r));
     if n.isr.is_empty() {
         return Err(Status::error(
             ErrorCode::InvalidReplicaAssignment,
@@ -779,6 +790,14 @@ impl Controller {
             ControllerRequest::AllocateProducerIds { broker_id } => {
                 Self::allocate_producer_ids(&mut batch, broker_id)
             }
+            ControllerRequest::ReplicaOffline {
+                node_id,
+                topic,
+                partition,
+                reason,
+            } => ControllerResponse::ReplicaOffline {
+                status: Self::replica_offline(&mut batch, node_id, &topic, partition, reason),
+            },
         };
         (batch.records, response)
     }
@@ -814,7 +833,56 @@ impl Controller {
         if was_unfenced {
             Self::leave_partitions(batch, node_id);
         }
+        // A restarted broker opens its replicas afresh (Kafka: a registration lists the log
+        // dirs online again); it reports any it still cannot open.
+        let mut marked = Vec::new();
+        for t in batch.work.topics.values() {
+            for (i, p) in t.partitions.iter().enumerate() {
+                if p.offline.contains_key(&node_id) {
+                    marked.push((t.name.clone(), i, p.clone()));
+                }
+            }
+        }
+        for (topic, index, old) in marked {
+            let mut new = old.clone();
+            new.offline.remove(&node_id);
+            batch.change(&topic, index, &old, new);
+        }
         self.last_seen_ms.insert(node_id, now_ms);
+        Status::ok()
+    }
+
+    /// Marks `node_id`'s replica of the partition offline with `reason`: it leaves the ISR
+    /// (unless it is the last member: Kafka keeps that one, the only replica known to hold
+    /// every acknowledged write, and the partition stays leaderless) and, if it led, the
+    /// leadership moves to another in-sync replica.
+    fn replica_offline(
+        batch: &mut Batch,
+        node_id: i32,
+        topic: &str,
+        partition: i32,
+        reason: String,
+    ) -> Status {
+        let (index, old) = match partition_of(&batch.work, topic, partition) {
+            Ok(found) => found,
+            Err(status) => return status,
+        };
+        if !old.replicas.contains(&node_id) {
+            return Status::error(
+                ErrorCode::IneligibleReplica,
+                format!("broker {node_id} holds no replica of {topic}-{partition}"),
+            );
+        }
+        let mut new = old.clone();
+        new.offline.insert(node_id, reason);
+        if new.isr.len() > 1 {
+            new.isr.retain(|r| *r != node_id);
+        }
+        if new.leader == node_id {
+            let unclean = unclean_allowed(&batch.work, topic);
+            elect(&batch.work, &mut new, unclean);
+        }
+        batch.change(topic, index, &old, new);
         Status::ok()
     }
 
@@ -993,6 +1061,7 @@ impl Controller {
                 partition_epoch: 0,
                 adding: Vec::new(),
                 removing: Vec::new(),
+                offline: BTreeMap::new(),
             });
         }
         Ok(out)
@@ -1232,11 +1301,13 @@ impl Controller {
             );
         }
         if let Some(r) = new_isr.iter().find(|r| {
-            !old.replicas.contains(r) || (!old.isr.contains(r) && !is_unfenced(&batch.work, **r))
+            !old.replicas.contains(r)
+                || (!old.isr.contains(r)
+                    && (!is_unfenced(&batch.work, **r) || old.offline.contains_key(r)))
         }) {
             return refuse(
                 ErrorCode::IneligibleReplica,
-                format!("broker {r} may not join the ISR (not a replica, or fenced)"),
+                format!("broker {r} may not join the ISR (not a replica, fenced or offline)"),
             );
         }
         let mut new = old.clone();
@@ -1344,10 +1415,13 @@ impl Controller {
                 format!("{preferred} leads already"),
             ));
         }
-        if !old.isr.contains(&preferred) || !is_unfenced(&batch.work, preferred) {
+        if !old.isr.contains(&preferred)
+            || !is_unfenced(&batch.work, preferred)
+            || old.offline.contains_key(&preferred)
+        {
             return Err(Status::error(
                 ErrorCode::PreferredLeaderNotAvailable,
-                format!("preferred leader {preferred} is fenced or out of the ISR"),
+                format!("preferred leader {preferred} is fenced, offline or out of the ISR"),
             ));
         }
         let mut new = old.clone();
@@ -2272,6 +2346,60 @@ mod tests {
         sim.assert_replays();
     }
 
+    /// A replica its broker cannot open (KAFKA_STORAGE_ERROR) leaves the ISR and hands the
+    /// leadership to another in-sync replica; it may neither rejoin nor lead until its broker
+    /// registers again, which clears the mark. The last ISR member stays, leaderless.
+    #[test]
+    fn offline_replica_leaves_isr_and_leadership() {
+        let mut sim = Sim::new();
+        sim.brokers(&[(1, None), (2, None), (3, None), (4, None)]);
+        sim.create_assigned("t", vec![vec![1, 2, 3]]);
+        let offline =
+            |sim: &mut Sim, node_id: i32| match sim.req(ControllerRequest::ReplicaOffline {
+                node_id,
+                topic: "t".into(),
+                partition: 0,
+                reason: "cannot open the log: EIO".into(),
+            }) {
+                ControllerResponse::ReplicaOffline { status } => status,
+                other => panic!("unexpected {other:?}"),
+            };
+        assert!(offline(&mut sim, 1).is_ok());
+        let p = sim.partition("t", 0);
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (2, vec![2, 3], 1)
+        );
+        assert_eq!(
+            p.offline.get(&1).map(String::as_str),
+            Some("cannot open the log: EIO")
+        );
+        // It may not rejoin the ISR, nor lead by preferred election.
+        let (status, _) = sim.alter_isr("t", 0, vec![2, 3, 1]);
+        assert_eq!(status.error_code, ErrorCode::IneligibleReplica.code());
+        let results = sim.elect_preferred(Some(vec![("t".into(), 0)]));
+        assert_eq!(
+            results[0].status.error_code,
+            ErrorCode::PreferredLeaderNotAvailable.code()
+        );
+        // A broker holding no replica of the partition is refused.
+        assert_eq!(
+            offline(&mut sim, 4).error_code,
+            ErrorCode::IneligibleReplica.code()
+        );
+        // The last in-sync replica stays the ISR, with no leader, as Kafka keeps it.
+        assert!(offline(&mut sim, 2).is_ok());
+        assert!(offline(&mut sim, 3).is_ok());
+        let p = sim.partition("t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (-1, vec![3]));
+        // Registering again (a restart) clears the broker's marks; once unfenced it leads.
+        sim.brokers(&[(3, None)]);
+        let p = sim.partition("t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (3, vec![3]));
+        assert_eq!(p.offline.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        sim.assert_replays();
+    }
+
     /// Found by the model test: when only the replicas being added are in sync (the original
     /// ones were shrunk out, then a restart fenced the last), undoing the reassignment, by a
     /// cancel or by a new target, is refused rather than leaving an ISR of fenced or stale
@@ -2320,6 +2448,8 @@ mod tests {
         Cancel(u8, u8),
         Preferred,
         Delete(u8),
+        /// A broker reports it cannot open its replica of a partition.
+        Offline(u8, u8, i32),
     }
 
     fn step() -> impl proptest::strategy::Strategy<Value = Step> {
@@ -2342,6 +2472,7 @@ mod tests {
             1 => (0..3u8, 0..3u8).prop_map(|(t, p)| Step::Cancel(t, p)),
             1 => Just(Step::Preferred),
             1 => (0..4u8).prop_map(Step::Delete),
+            1 => (0..3u8, 0..3u8, 1..=5i32).prop_map(|(t, p, n)| Step::Offline(t, p, n)),
         ]
     }
 
@@ -2367,6 +2498,15 @@ mod tests {
                 if p.leader != -1 {
                     assert!(p.isr.contains(&p.leader), "leader outside ISR {p:?}");
                     assert!(is_unfenced(c, p.leader), "fenced leader {p:?}");
+                    assert!(!p.offline.contains_key(&p.leader), "offline leader {p:?}");
+                }
+                // An offline replica is a replica, and stays in an ISR only as its last member.
+                assert!(p.offline.keys().all(|r| replicas.contains(r)), "{p:?}");
+                if p.isr.len() > 1 {
+                    assert!(
+                        p.isr.iter().all(|r| !p.offline.contains_key(r)),
+                        "offline in ISR {p:?}"
+                    );
                 }
                 let before = epochs
                     .insert((t.id, i), (p.leader_epoch, p.partition_epoch))
@@ -2458,6 +2598,14 @@ mod tests {
                     }
                     Step::Delete(t) => {
                         sim.req(ControllerRequest::DeleteTopics { names: vec![name(t)] });
+                    }
+                    Step::Offline(t, p, n) => {
+                        sim.req(ControllerRequest::ReplicaOffline {
+                            node_id: n,
+                            topic: name(t),
+                            partition: i32::from(p),
+                            reason: "cannot open".into(),
+                        });
                     }
                 }
                 check_invariants(&sim.state, &mut epochs);

@@ -112,6 +112,7 @@ mod tests {
             partition_epoch: 9,
             adding: vec![3],
             removing: vec![2],
+            offline: [(2, "cannot open".to_string())].into(),
         };
         let configs: BTreeMap<String, String> =
             [("retention.ms".to_string(), "1000".to_string())].into();

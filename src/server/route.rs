@@ -50,6 +50,9 @@ pub async fn offsets(
             .map(|p| {
                 // Offsets are the leader's to answer (followers' logs may lag).
                 match catalog.local_shard(p) {
+                    _ if p.offline.contains_key(&catalog.local_node) => {
+                        Err(ErrorCode::KafkaStorageError)
+                    }
                     Some(s) if p.leader == catalog.local_node => Ok(s as usize),
                     _ => Err(ErrorCode::NotLeaderOrFollower),
                 }

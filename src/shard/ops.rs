@@ -320,9 +320,17 @@ fn start_produce(
                     // The metadata naming us leader may be newer than this shard's image.
                     super::replica::apply_metadata(&ctx).await;
                     match ctx.replicas.check_leader(&tp) {
-                        super::replica::LeaderCheck::Unknown => Staged::Failed(
-                            ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None),
-                        ),
+                        // Kafka answers KAFKA_STORAGE_ERROR for a replica whose log is offline.
+                        super::replica::LeaderCheck::Unknown => {
+                            Staged::Failed(match ctx.replicas.offline_reason(&tp) {
+                                Some(reason) => {
+                                    ProduceResult::error(ErrorCode::KafkaStorageError, Some(reason))
+                                }
+                                None => {
+                                    ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None)
+                                }
+                            })
+                        }
                         _ => stage(&ctx, acks, tp, records, now_ms()),
                     }
                 }
@@ -547,6 +555,9 @@ async fn owned_partition(
     ctx: &Rc<ShardCtx>,
     tp: &TopicPartition,
 ) -> Result<Rc<Partition>, ErrorCode> {
+    if ctx.replicas.offline_reason(tp).is_some() {
+        return Err(ErrorCode::KafkaStorageError);
+    }
     match ctx.partition(&tp.topic, tp.partition).await {
         Ok(Some(p)) => Ok(p),
         Ok(None) => Err(ErrorCode::UnknownTopicOrPartition),

@@ -26,7 +26,7 @@ use kafka_protocol::messages::{
     BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::ops::TopicPartition;
 use super::peer::PeerConnection;
@@ -84,6 +84,10 @@ pub struct Replicas {
     applied_version: Cell<u64>,
     /// Serialises metadata application (the poller and request paths).
     applying: futures::lock::Mutex<()>,
+    /// Replicas assigned here whose log could not be opened, with the reason (Kafka's
+    /// offline replicas). Not opened again until the broker restarts, as Kafka keeps a
+    /// failed log dir offline; requests for them get KAFKA_STORAGE_ERROR.
+    offline: RefCell<HashMap<TopicPartition, String>>,
 }
 
 /// How a replica answers a request that needs its leader.
@@ -94,6 +98,11 @@ pub enum LeaderCheck {
 }
 
 impl Replicas {
+    /// Why this broker's replica of `tp` is offline, if it is.
+    pub fn offline_reason(&self, tp: &TopicPartition) -> Option<String> {
+        self.offline.borrow().get(tp).cloned()
+    }
+
     /// Is this broker the leader of `tp` (as far as this shard has applied metadata)?
     pub fn check_leader(&self, tp: &TopicPartition) -> LeaderCheck {
         match self.roles.borrow().get(tp) {
@@ -295,6 +304,40 @@ async fn alter_isr(
     }
 }
 
+/// Tells the controller this broker's replica of `tp` is offline (Kafka's broker reports a
+/// failed log dir), so it leaves the ISR and another replica leads. Retried until the
+/// controller has it, the replica is no longer offline here, or the shard stops.
+async fn report_offline(ctx: Rc<ShardCtx>, tp: TopicPartition, reason: String) {
+    loop {
+        if ctx.shutting_down.get() || ctx.replicas.offline_reason(&tp).is_none() {
+            return;
+        }
+        let req = ControllerRequest::ReplicaOffline {
+            node_id: ctx.shared.config.node_id,
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            reason: reason.clone(),
+        };
+        match ctx.shared.quorum.request(req).await {
+            Ok(ControllerResponse::ReplicaOffline { status }) => {
+                if !status.is_ok() {
+                    // The topic went away or the replica moved: nothing left to report.
+                    debug!(topic = %tp.topic, partition = tp.partition, ?status, "offline report refused");
+                }
+                return;
+            }
+            Ok(other) => {
+                warn!("unexpected ReplicaOffline answer {other:?}");
+                return;
+            }
+            Err(e) => {
+                warn!(topic = %tp.topic, partition = tp.partition, "reporting offline replica: {e}; retrying");
+                glommio::timer::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
 /// Waits until `last_offset` is committed (below the high watermark), or `deadline`.
 pub async fn wait_committed(p: &Partition, last_offset: i64, deadline: Instant) -> bool {
     p.wait_for_hw_beyond(last_offset, deadline).await > last_offset
@@ -326,13 +369,28 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
                 partition: i as i32,
             };
             wanted.insert(tp.clone());
+            if ctx.replicas.offline.borrow().contains_key(&tp) {
+                continue;
+            }
             let p = match ctx
                 .open_partition(&tp.topic, tp.partition, config.clone())
                 .await
             {
                 Ok(p) => p,
                 Err(e) => {
-                    warn!(topic = %tp.topic, partition = tp.partition, "cannot open replica: {e}");
+                    let reason = format!("cannot open the log: {e}");
+                    error!(
+                        topic = %tp.topic,
+                        partition = tp.partition,
+                        "replica offline until restart: {reason}"
+                    );
+                    ctx.replicas
+                        .offline
+                        .borrow_mut()
+                        .insert(tp.clone(), reason.clone());
+                    let (ctx, tp) = (ctx.clone(), tp.clone());
+                    glommio::spawn_local(async move { report_offline(ctx, tp, reason).await })
+                        .detach();
                     continue;
                 }
             };
@@ -348,6 +406,12 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
             update_role(ctx, &tp, &p, pm, me, min_isr, ineligible);
         }
     }
+    // An offline replica that is no longer assigned here is forgotten: a topic created again
+    // under the same name gets a fresh attempt.
+    ctx.replicas
+        .offline
+        .borrow_mut()
+        .retain(|tp, _| wanted.contains(tp));
     // Replicas this shard no longer holds: the topic was deleted or the replica moved away.
     let gone: Vec<(String, i32, Rc<Partition>)> = ctx
         .all_partitions()

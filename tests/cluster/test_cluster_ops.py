@@ -230,3 +230,52 @@ def test_auto_leader_rebalance(cluster_factory, request):
     c.poll_until("preferred replicas lead again", preferred_lead, 60)
     progress(w)
     verify_cluster(c, w.stop(), TOPIC, PARTITIONS, request.node.nodeid, killed=[preferred])
+
+
+def test_unopenable_replica_leaves_isr_and_leadership(cluster_factory):
+    """Proves a replica whose log cannot be opened (a regular file where node 1's partition
+    directory belongs) does not count as in sync or lead: node 1 reports it, the controller
+    takes 1 out of every ISR and moves the leadership it had (it is the preferred leader of
+    one of the three partitions) to another in-sync replica, `strata cluster status` lists 1
+    offline with the reason, and acks=all writes go on (min.insync.replicas=2); once the files
+    are gone, restarting node 1 brings it back in sync."""
+    require_cluster_support()
+    c = cluster_factory()
+    topic = "sick"
+    for i in range(3):
+        (c.nodes[1].data_dir / f"{topic}-{i}").write_text("a file where the partition directory belongs\n")
+    c.create_topic(topic, 3, 3, TOPIC_CONFIG, full_isr=False)
+
+    def partitions():
+        return [p for p in status(c)["partitions"] if p["topic"] == topic]
+
+    def offline_settled():
+        ps = partitions()
+        ok = len(ps) == 3 and all(
+            p["leader"] in (2, 3) and sorted(p["isr"]) == [2, 3] and p["offline_replicas"] == [1] for p in ps)
+        return ps if ok else None
+
+    ps = c.poll_until("replica 1 offline everywhere, 2 or 3 leading", offline_settled, SETTLE_TIMEOUT_S)
+    for p in ps:
+        assert "cannot open the log" in p["offline_reasons"]["1"], p
+    assert f"{topic}-0 on broker 1: cannot open the log" in strata_cli(c, "status")
+    assert any(p["leader_epoch"] > 0 for p in ps), "node 1 led one partition: its leadership moved"
+
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "message.timeout.ms": 30000})
+    delivered = []
+    for i in range(3):
+        producer.produce(topic, b"v", partition=i, on_delivery=lambda err, msg: delivered.append(err))
+    producer.flush(40)
+    assert delivered == [None] * 3, f"acks=all writes on the two healthy replicas: {delivered}"
+
+    for i in range(3):
+        (c.nodes[1].data_dir / f"{topic}-{i}").unlink()
+    c.restart(1)
+
+    def back_in_sync():
+        ps = partitions()
+        ok = len(ps) == 3 and all(sorted(p["isr"]) == [1, 2, 3] and not p["offline_replicas"] for p in ps)
+        return ps if ok else None
+
+    for p in c.poll_until("replica 1 back in sync", back_in_sync, SETTLE_TIMEOUT_S):
+        assert p["offline_reasons"] == {}, p

@@ -120,6 +120,11 @@ fn resolve(
                             .and_then(|i| m.partitions.get(i))
                         {
                             None => Err(ErrorCode::UnknownTopicOrPartition),
+                            // Our replica's log could not be opened (Kafka: an offline log
+                            // dir), whoever leads.
+                            Some(pm) if pm.offline.contains_key(&catalog.local_node) => {
+                                Err(ErrorCode::KafkaStorageError)
+                            }
                             // Only the leader serves fetches (a debugging consumer may read
                             // any replica).
                             Some(pm)

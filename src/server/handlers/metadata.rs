@@ -9,6 +9,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use super::{str_bytes, topic_name};
 use crate::cluster::catalog::{Catalog, TopicMeta};
 use crate::protocol::error::ErrorCode;
+use crate::protocol::{encode_offline_reasons, OFFLINE_REASONS_TAG};
 use crate::server::admin::create_topic;
 use crate::shard::ShardCtx;
 
@@ -112,14 +113,22 @@ fn topic_entry(catalog: &Catalog, meta: &TopicMeta) -> MetadataResponseTopic {
                 .iter()
                 .enumerate()
                 .map(|(i, pm)| {
-                    // Replicas on fenced brokers are offline; with no leader the partition
-                    // is LEADER_NOT_AVAILABLE (clients retry), as Kafka reports it.
+                    // Replicas on fenced brokers, or whose broker cannot open their log, are
+                    // offline; with no leader the partition is LEADER_NOT_AVAILABLE (clients
+                    // retry), as Kafka reports it.
                     let offline: Vec<i32> = pm
                         .replicas
                         .iter()
                         .copied()
-                        .filter(|r| catalog.brokers.get(r).is_none_or(|b| b.fenced))
+                        .filter(|r| {
+                            catalog.brokers.get(r).is_none_or(|b| b.fenced)
+                                || pm.offline.contains_key(r)
+                        })
                         .collect();
+                    let mut tags = BTreeMap::new();
+                    if !pm.offline.is_empty() {
+                        tags.insert(OFFLINE_REASONS_TAG, encode_offline_reasons(&pm.offline));
+                    }
                     let error = if pm.leader < 0 {
                         ErrorCode::LeaderNotAvailable.code()
                     } else {
@@ -133,6 +142,7 @@ fn topic_entry(catalog: &Catalog, meta: &TopicMeta) -> MetadataResponseTopic {
                         .with_replica_nodes(ids(&pm.replicas))
                         .with_isr_nodes(ids(&pm.isr))
                         .with_offline_replicas(ids(&offline))
+                        .with_unknown_tagged_fields(tags)
                 })
                 .collect(),
         )

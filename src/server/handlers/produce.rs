@@ -77,6 +77,11 @@ pub async fn handle(
                         .and_then(|i| m.partitions.get(i))
                 }) {
                     None => Source::Error(ErrorCode::UnknownTopicOrPartition),
+                    // Our replica's log could not be opened: Kafka answers that before it
+                    // looks at leadership (a replica in an offline log dir).
+                    Some(pm) if pm.offline.contains_key(&catalog.local_node) => {
+                        Source::Error(ErrorCode::KafkaStorageError)
+                    }
                     Some(pm)
                         if pm.leader != catalog.local_node || catalog.local_shard(pm).is_none() =>
                     {
