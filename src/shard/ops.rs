@@ -598,6 +598,11 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
         }
     } else {
         if part.replica_id != DEBUGGING_REPLICA_ID {
+            // The metadata that routed this fetch here names us leader; this shard may not
+            // have applied it yet (a topic just created), as in `start_produce`.
+            if ctx.replicas.leader_epoch(&part.tp).is_none() {
+                super::replica::apply_metadata(ctx).await;
+            }
             if let Err(e) = check_leader_epoch(ctx, &part.tp, part.current_leader_epoch) {
                 return FetchResult::error(e);
             }
