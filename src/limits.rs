@@ -5,6 +5,18 @@
 /// keep up stalls its peers' senders instead of growing a queue without limit.
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
 
+/// Client-driven ops (produce, consumer fetch and long poll, offsets, groups) one shard may
+/// have in flight on one other shard. Each in-flight op is a task on the target and an entry
+/// in the sender's pending-reply map; past the bound the sender waits (and so the connection
+/// that asked), instead of the target spawning tasks without limit. Sized well above what
+/// busy connections pipeline, because long polls and rebalances legitimately sit in flight.
+pub const MESH_CLIENT_OPS_IN_FLIGHT_MAX: usize = 4096;
+
+/// Replication ops (a follower's Fetch and its long poll) one shard may have in flight on
+/// one other shard. A class of its own so that a follower's fetch — which advances the high
+/// watermark that acks=all produces wait for — never waits behind those produces.
+pub const MESH_REPLICA_OPS_IN_FLIGHT_MAX: usize = 1024;
+
 /// Longest topic name Kafka accepts (249 characters, so that `<topic>-<partition>` fits a
 /// file name).
 pub const TOPIC_NAME_LEN_MAX: usize = 249;
@@ -47,6 +59,7 @@ pub const CONNECTION_REFUSED_LOG_INTERVAL_MS: u64 = 1_000;
 const _: () = assert!(CONNECTION_READ_HEADER_BYTES >= 4);
 const _: () = assert!(CONNECTION_READ_CHUNK_MIN <= CONNECTION_READ_CHUNK_MAX);
 const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);
+const _: () = assert!(MESH_CLIENT_OPS_IN_FLIGHT_MAX >= 64 && MESH_REPLICA_OPS_IN_FLIGHT_MAX >= 16);
 
 /// Largest response a replica fetcher accepts from another broker; a follower's Fetch asks
 /// for at most `replica_fetch_response_max_bytes`, so this only guards against a broken peer.
