@@ -66,6 +66,23 @@ unsafe impl GlobalAlloc for StrataAlloc {
     }
 }
 
+/// Free heap memory above which `release_free_memory` hands it back to the kernel.
+pub const FREE_HEAP_BYTES_TRIM_MIN: usize = 32 << 20;
+
+/// Gives the kernel back the heap pages glibc holds free. Batches come and go by the
+/// hundred megabytes; glibc keeps what they freed in its per-thread arenas (64 MiB heaps,
+/// trimmed only at their top), so without this the resident size stays at the high-water
+/// mark of every arena — measured 500 MB resident for 190 MB in use with a 128 MiB memory
+/// budget. Called periodically by one shard; cheap when little is free (`mallinfo2` only).
+pub fn release_free_memory() {
+    // SAFETY: plain glibc calls without arguments that could be invalid.
+    let free = unsafe { libc::mallinfo2() }.fordblks;
+    if free >= FREE_HEAP_BYTES_TRIM_MIN {
+        // SAFETY: as above.
+        unsafe { libc::malloc_trim(0) };
+    }
+}
+
 /// Runs a decoder, turning a panic inside it into an error: bytes from the network must
 /// never be able to crash the broker.
 pub fn guarded<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {

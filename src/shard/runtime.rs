@@ -220,7 +220,7 @@ async fn shard_main(
     let retention = glommio::spawn_local(retention_loop(ctx.clone())).detach();
     // One shard measures the free disk space for all.
     let disk_poll =
-        (shard == 0).then(|| glommio::spawn_local(disk_space_loop(ctx.clone())).detach());
+        (shard == 0).then(|| glommio::spawn_local(housekeeping_loop(ctx.clone())).detach());
     let group_ticker = glommio::spawn_local(super::groups::ticker(ctx.clone())).detach();
     let metadata = glommio::spawn_local(super::replica::metadata_loop(ctx.clone())).detach();
     let acceptor = glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener)).detach();
@@ -251,12 +251,21 @@ async fn shard_main(
     info!(shard, "stopped");
 }
 
-/// Re-measures the data directory's free space every `DISK_SPACE_POLL_MS`.
-async fn disk_space_loop(ctx: Rc<ShardCtx>) {
+/// Re-measures the data directory's free space every `DISK_SPACE_POLL_MS`, and gives freed
+/// heap memory back to the kernel every `MEMORY_TRIM_INTERVAL_MS`, so the resident size
+/// follows the memory budget instead of its high-water mark.
+async fn housekeeping_loop(ctx: Rc<ShardCtx>) {
     let period = Duration::from_millis(crate::storage::space::DISK_SPACE_POLL_MS);
+    let trim_every =
+        (crate::limits::MEMORY_TRIM_INTERVAL_MS / crate::storage::space::DISK_SPACE_POLL_MS).max(1);
+    let mut tick = 0u64;
     loop {
         glommio::timer::sleep(period).await;
         ctx.shared.disk.refresh();
+        tick += 1;
+        if tick.is_multiple_of(trim_every) {
+            crate::alloc::release_free_memory();
+        }
     }
 }
 
