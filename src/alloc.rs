@@ -73,7 +73,7 @@ pub const FREE_HEAP_BYTES_TRIM_MIN: usize = 32 << 20;
 /// hundred megabytes; glibc keeps what they freed in its per-thread arenas (64 MiB heaps,
 /// trimmed only at their top), so without this the resident size stays at the high-water
 /// mark of every arena — measured 500 MB resident for 190 MB in use with a 128 MiB memory
-/// budget. Called periodically by one shard; cheap when little is free (`mallinfo2` only).
+/// budget. Called every `MEMORY_TRIM_INTERVAL_MS` by one shard; cheap when little is free (`mallinfo2` only).
 pub fn release_free_memory() {
     // SAFETY: plain glibc calls without arguments that could be invalid.
     let free = unsafe { libc::mallinfo2() }.fordblks;

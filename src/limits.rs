@@ -66,7 +66,7 @@ const _: () = assert!(MESH_CLIENT_OPS_IN_FLIGHT_MAX >= 64 && MESH_REPLICA_OPS_IN
 pub const PEER_RESPONSE_BYTES_MAX: usize = 128 * 1024 * 1024;
 
 /// How often freed heap memory is handed back to the kernel (`alloc::release_free_memory`).
-pub const MEMORY_TRIM_INTERVAL_MS: u64 = 1_000;
+pub const MEMORY_TRIM_INTERVAL_MS: u64 = 250;
 
 /// How often each shard looks for a new metadata image to apply (leaders, followers, ISR).
 pub const METADATA_POLL_MS: u64 = 50;
