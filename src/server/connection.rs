@@ -202,7 +202,7 @@ async fn wait_for_request<R: futures::AsyncRead + Unpin>(
         }
         let wake = idle.saturating_sub(idle_for).max(Duration::from_millis(1));
         let shutdown = async {
-            ctx.shutdown_notify.notified().await;
+            ctx.shutdown_notify.listen().await;
             Ok(false)
         };
         let timer = async {

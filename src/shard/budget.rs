@@ -17,7 +17,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use super::notify::Notify;
+use crate::storage::notify::Notify;
 
 pub struct ByteBudget {
     cap: usize,
@@ -101,7 +101,7 @@ impl Reservation {
         let budget = self.budget.clone();
         loop {
             // Listen before checking, so a release between the check and the await wakes us.
-            let released = budget.released.notified();
+            let released = budget.released.listen();
             if self.try_grow(more) {
                 return;
             }

@@ -9,7 +9,6 @@
 pub mod budget;
 pub mod groups;
 pub mod mesh;
-pub mod notify;
 pub mod ops;
 pub mod peer;
 pub mod replica;
@@ -88,9 +87,9 @@ pub struct ShardCtx {
     open_lock: futures::lock::Mutex<()>,
     pub mesh: mesh::Mesh,
     pub shutting_down: Cell<bool>,
-    pub shutdown_notify: notify::Notify,
+    pub shutdown_notify: crate::storage::notify::Notify,
     pub connections: Cell<usize>,
-    pub connections_changed: notify::Notify,
+    pub connections_changed: crate::storage::notify::Notify,
     /// Bytes of client requests being read or waiting for their response to be written
     /// (`queued_max_request_bytes`).
     pub request_budget: Rc<budget::ByteBudget>,
@@ -112,9 +111,9 @@ impl ShardCtx {
             open_lock: futures::lock::Mutex::new(()),
             mesh,
             shutting_down: Cell::new(false),
-            shutdown_notify: notify::Notify::default(),
+            shutdown_notify: crate::storage::notify::Notify::default(),
             connections: Cell::new(0),
-            connections_changed: notify::Notify::default(),
+            connections_changed: crate::storage::notify::Notify::default(),
             request_budget: budget::ByteBudget::new(shared.config.queued_max_request_bytes),
             groups: groups::GroupShard::new(shared.config.group_config()),
             replicas: replica::Replicas::default(),

@@ -234,7 +234,7 @@ async fn shard_main(
     // Connections finish the request they are serving, then close.
     let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
     while ctx.connections.get() > 0 && std::time::Instant::now() < deadline {
-        let notified = ctx.connections_changed.notified();
+        let notified = ctx.connections_changed.listen();
         futures_lite::future::or(notified, glommio::timer::sleep(Duration::from_millis(100))).await;
     }
     retention.cancel();

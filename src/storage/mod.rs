@@ -35,7 +35,7 @@ mod config;
 mod epoch_checkpoint;
 mod file_io;
 mod index;
-mod notify;
+pub mod notify;
 mod partition;
 pub mod producer_state;
 mod recovery;

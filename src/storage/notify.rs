@@ -1,6 +1,7 @@
 //! A single-threaded broadcast notification: `listen()` captures a generation; the future
 //! resolves once `notify_all()` has bumped it. Listening before checking the condition means
-//! a notification between the check and the await is never lost.
+//! a notification between the check and the await is never lost. The one such primitive in
+//! the crate: partitions (appends, flushes) and shards (shutdown, connection counts) use it.
 //!
 //! Bound: one registered waker per live listener; a dropped listener (e.g. a long poll that
 //! timed out) removes its waker, so idle partitions do not accumulate wakers.
@@ -11,14 +12,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 #[derive(Default)]
-pub(crate) struct Notify {
+pub struct Notify {
     generation: Cell<u64>,
     next_id: Cell<u64>,
     wakers: RefCell<Vec<(u64, Waker)>>,
 }
 
 impl Notify {
-    pub(crate) fn notify_all(&self) {
+    pub fn notify_all(&self) {
         self.generation.set(self.generation.get().wrapping_add(1));
         let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
         for (_, w) in wakers {
@@ -26,7 +27,7 @@ impl Notify {
         }
     }
 
-    pub(crate) fn listen(&self) -> Listen<'_> {
+    pub fn listen(&self) -> Listen<'_> {
         let id = self.next_id.get();
         self.next_id.set(id.wrapping_add(1));
         Listen {
@@ -37,7 +38,7 @@ impl Notify {
     }
 }
 
-pub(crate) struct Listen<'a> {
+pub struct Listen<'a> {
     notify: &'a Notify,
     generation: u64,
     id: u64,
@@ -64,5 +65,29 @@ impl Drop for Listen<'_> {
             .wakers
             .borrow_mut()
             .retain(|(id, _)| *id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener dropped before any notification (a closed connection's shutdown watch, a
+    /// long poll that timed out) leaves no waker behind: otherwise every closed connection's
+    /// task stays referenced until shutdown.
+    #[test]
+    fn a_dropped_listener_leaves_no_waker() {
+        let notify = Notify::default();
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..3 {
+            let mut waiting = Box::pin(notify.listen());
+            assert_eq!(waiting.as_mut().poll(&mut cx), Poll::Pending);
+        }
+        assert_eq!(notify.wakers.borrow().len(), 0);
+        let mut waiting = Box::pin(notify.listen());
+        assert_eq!(waiting.as_mut().poll(&mut cx), Poll::Pending);
+        notify.notify_all();
+        assert_eq!(waiting.as_mut().poll(&mut cx), Poll::Ready(()));
     }
 }
