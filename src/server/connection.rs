@@ -97,8 +97,17 @@ pub async fn serve(
 
     let writing = pin!(async {
         while let Some((pending, request_bytes)) = rx.recv().await {
-            if let Some(chunks) = pending.await {
-                super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
+            match pending.await {
+                Ok(Some(chunks)) => {
+                    super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
+                }
+                Ok(None) => {}
+                // The client waits for this correlation id: closing the connection tells it
+                // to give up on it (and retry) instead of waiting forever.
+                Err(e) => {
+                    warn!(%peer, "closing connection: cannot encode a response: {e}");
+                    break;
+                }
             }
             // The response is out: the request's bytes go back to the shard.
             drop(request_bytes);

@@ -18,11 +18,13 @@ use crate::protocol::api_versions;
 use crate::protocol::frame::{decode_body, encode_response, parse_request, FrameError, RawRequest};
 use crate::shard::ShardCtx;
 
-/// A response that may still be in the making. `None` means "send nothing" (acks=0).
-pub type PendingResponse = LocalBoxFuture<'static, Option<Vec<Bytes>>>;
+/// A response that may still be in the making. `Ok(None)` means "send nothing" (acks=0); an
+/// error means the response could not be encoded: the connection logs it and closes, since
+/// the client would otherwise wait for that correlation id forever.
+pub type PendingResponse = LocalBoxFuture<'static, Result<Option<Vec<Bytes>>, FrameError>>;
 
 fn ready(bytes: Option<Vec<Bytes>>) -> PendingResponse {
-    futures::future::ready(bytes).boxed_local()
+    futures::future::ready(Ok(bytes)).boxed_local()
 }
 
 /// Encodes `body` as the response to `raw`, as an immediately ready `PendingResponse`.
@@ -53,9 +55,9 @@ where
     );
     Ok(async move {
         let body = fut.await;
-        encode_response(api, version, corr, &body)
-            .ok()
-            .map(|b| vec![b.freeze()])
+        Ok(Some(vec![
+            encode_response(api, version, corr, &body)?.freeze()
+        ]))
     }
     .boxed_local())
 }
@@ -88,10 +90,12 @@ pub async fn dispatch(
             let (api, corr) = (raw.api, raw.header.correlation_id);
             let pending = handlers::produce::handle(ctx, version, req).await;
             Ok(async move {
-                let body = pending.await?;
-                encode_response(api, version, corr, &body)
-                    .ok()
-                    .map(|b| vec![b.freeze()])
+                let Some(body) = pending.await else {
+                    return Ok(None);
+                };
+                Ok(Some(vec![
+                    encode_response(api, version, corr, &body)?.freeze()
+                ]))
             }
             .boxed_local())
         }
@@ -302,4 +306,38 @@ fn api_versions_request(raw: &RawRequest) -> Result<PendingResponse, FrameError>
         &body,
     )?;
     Ok(ready(Some(vec![frame.freeze()])))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use kafka_protocol::messages::RequestHeader;
+
+    fn raw(api: ApiKey, version: i16) -> RawRequest {
+        RawRequest {
+            api,
+            header: RequestHeader::default()
+                .with_request_api_key(api as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(7),
+            body: Bytes::new(),
+        }
+    }
+
+    /// A deferred response that cannot be encoded (here: a version the codec does not know)
+    /// must come out as an error the connection acts on, not as "send nothing", which would
+    /// leave the client waiting for its correlation id forever.
+    #[test]
+    fn a_response_that_fails_to_encode_is_an_error_not_silence() {
+        let pending = deferred(&raw(ApiKey::Heartbeat, 99), async {
+            HeartbeatResponse::default()
+        })
+        .unwrap();
+        let out = futures::executor::block_on(pending);
+        assert!(
+            matches!(out, Err(FrameError::Encode { .. })),
+            "the encode failure was swallowed: {out:?}"
+        );
+    }
 }

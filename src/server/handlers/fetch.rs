@@ -79,7 +79,13 @@ pub fn handle(
             drop(results);
             results = read_all(&ctx, &topics, replica_id, max_bytes).await;
         }
-        Some(encode(version, correlation_id, &topics, results, max_bytes))
+        Ok(Some(encode(
+            version,
+            correlation_id,
+            &topics,
+            results,
+            max_bytes,
+        )))
     }
     .boxed_local()
 }
