@@ -19,7 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ::raft::eraftpb::{ConfState, Entry, EntryType, Message, Snapshot};
 use ::raft::{GetEntriesContext, RawNode, SnapshotStatus, StateRole, Storage};
@@ -187,11 +187,14 @@ fn retry_frame() -> Frame {
     }
 }
 
+/// The controller's clock: monotonic milliseconds since this process started. Broker
+/// sessions and the rebalance interval are timeouts, so a wall-clock step (NTP, an operator)
+/// must not move them: with wall time, a step forward on the active controller expired every
+/// broker's session at once and fenced them all. The values never leave this process (a new
+/// active controller restarts every session), so a per-process origin is enough.
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 pub struct Driver {
@@ -1022,6 +1025,19 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The controller's clock (broker sessions, the leader-rebalance interval) is monotonic
+    /// time counted from the process start, not the wall clock: a wall-clock step on the
+    /// active controller must not expire every broker's session at once. A wall-clock
+    /// reading is about 1.7e12 ms; a monotonic one from this process's start is far below.
+    #[test]
+    fn controller_clock_is_monotonic_not_wall_time() {
+        let ten_years_ms = 10 * 365 * 24 * 3600 * 1000u64;
+        assert!(
+            now_ms() < ten_years_ms,
+            "the controller reads the wall clock"
+        );
+    }
 
     /// Batches round-trip, and malformed committed data is an error, not a panic.
     #[test]
