@@ -477,7 +477,13 @@ fn update_role(
         }
         // Become leader: later appends carry the new epoch, which starts at our log end.
         let leo = p.log_end();
-        p.set_leader_epoch(pm.leader_epoch);
+        if let Err(e) = p.set_leader_epoch(pm.leader_epoch) {
+            // Leading would stamp an epoch the log contradicts: stay off (clients hear
+            // NOT_LEADER_OR_FOLLOWER) until metadata or an operator resolves it.
+            error!(topic = %tp.topic, partition = tp.partition, "cannot lead: {e}");
+            roles.remove(tp);
+            return;
+        }
         let hw = p.hw().min(leo);
         let mut state = LeaderState::new(
             me,
@@ -1007,7 +1013,9 @@ async fn send_fetch(
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
         let mut last_offset = -1;
         if !records.is_empty() && expected == Some(offset) && p.log_end() == offset {
-            match p.append_replica(records) {
+            // A refusal (a batch the leader could not have written, a gap) is logged and the
+            // fetch retried like a timeout; nothing of it is appended.
+            match p.append_replica(records, w.leader_epoch) {
                 Ok(out) => last_offset = out.last_offset,
                 Err(e) => {
                     warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");

@@ -159,6 +159,10 @@ pub enum Error {
     Truncating,
     #[error("invalid log config: {0}")]
     InvalidConfig(String),
+    /// Asked to lead in an epoch older than one the log already holds: leader epochs only
+    /// grow, so the metadata or the log is wrong, and stamping it would break the cache.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    EpochRegression { epoch: i32, latest: i32 },
 }
 
 impl Error {
@@ -220,6 +224,7 @@ impl Error {
             Error::OffsetOutOfRange { .. } => 1,    // OFFSET_OUT_OF_RANGE
             Error::Closed | Error::Truncating => 6, // NOT_LEADER_OR_FOLLOWER: client refreshes
             Error::InvalidConfig(_) => 40,          // INVALID_CONFIG
+            Error::EpochRegression { .. } => 6,     // NOT_LEADER_OR_FOLLOWER
             Error::Io { .. } | Error::Corruption { .. } => 56, // KAFKA_STORAGE_ERROR
         }
     }
@@ -236,6 +241,16 @@ pub enum ReplicaAppendError {
     CorruptMessage(BatchError),
     #[error("{staged_bytes} bytes staged, more than {max}: the disk is behind")]
     Backpressure { staged_bytes: usize, max: usize },
+    /// A batch claims a leader epoch newer than the leader it was fetched from: the field
+    /// sits outside the CRC, so it is checked before it reaches the epoch cache.
+    #[error(
+        "batch at offset {offset} claims leader epoch {epoch}, newer than the leader's {leader_epoch}"
+    )]
+    BadLeaderEpoch {
+        offset: i64,
+        epoch: i32,
+        leader_epoch: i32,
+    },
     #[error(transparent)]
     Storage(#[from] Error),
 }
@@ -246,6 +261,7 @@ impl ReplicaAppendError {
         match self {
             ReplicaAppendError::OffsetMismatch { .. } => 1, // OFFSET_OUT_OF_RANGE
             ReplicaAppendError::CorruptMessage(_) => 2,     // CORRUPT_MESSAGE
+            ReplicaAppendError::BadLeaderEpoch { .. } => 2, // CORRUPT_MESSAGE
             ReplicaAppendError::Backpressure { .. } => 7,   // REQUEST_TIMED_OUT
             ReplicaAppendError::Storage(e) => e.kafka_error_code(),
         }

@@ -642,16 +642,18 @@ impl Partition {
 
     /// Called on becoming leader: every later `append` stamps `epoch` into its batch, and
     /// the first of them records `(epoch, its base offset)` in the leader-epoch cache.
-    /// Panics if `epoch` is older than the latest epoch in the log: stamping it would break
-    /// the cache's ordering, and leader epochs only grow.
-    pub fn set_leader_epoch(&self, epoch: i32) {
+    /// Refuses an `epoch` older than the latest epoch in the log (stamping it would break the
+    /// cache's ordering, and leader epochs only grow). The log's epochs come from batch
+    /// headers, which a leader's bytes or a damaged disk could have made anything, so this
+    /// is an error for the caller to report, never a panic.
+    pub fn set_leader_epoch(&self, epoch: i32) -> Result<(), Error> {
         let mut inner = self.inner.borrow_mut();
         let latest = inner.epoch_cache.latest().map(|l| l.epoch).unwrap_or(-1);
-        assert!(
-            epoch >= 0 && epoch >= latest,
-            "leader epoch {epoch} is older than the log's latest epoch {latest}"
-        );
+        if epoch < 0 || epoch < latest {
+            return Err(Error::EpochRegression { epoch, latest });
+        }
         inner.leader_epoch = epoch;
+        Ok(())
     }
 
     /// Appends batches fetched from the leader, unchanged (offsets, leader epochs, producer
@@ -665,9 +667,14 @@ impl Partition {
     /// Each batch is copied out of the fetch response into a buffer of its own: the
     /// response (up to `replica_fetch_response_max_bytes`, many partitions) is then freed
     /// at once, instead of being pinned whole by whichever log cached its last slice.
+    ///
+    /// `leader_epoch` is the epoch of the leader the batches came from: no batch it sends can
+    /// carry a newer one, so a batch that does is refused (`BadLeaderEpoch`) before its epoch
+    /// reaches the cache.
     pub fn append_replica(
         &self,
         batches: Bytes,
+        leader_epoch: i32,
     ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
         self.inner.borrow().check_open()?;
         let mut charge =
@@ -692,6 +699,13 @@ impl Partition {
                 break; // The trailing partial batch of a size-limited Fetch response.
             };
             let h = validate(one).map_err(ReplicaAppendError::CorruptMessage)?;
+            if h.partition_leader_epoch > leader_epoch {
+                return Err(ReplicaAppendError::BadLeaderEpoch {
+                    offset: h.base_offset,
+                    epoch: h.partition_leader_epoch,
+                    leader_epoch,
+                });
+            }
             if h.base_offset != expected {
                 return Err(ReplicaAppendError::OffsetMismatch {
                     expected,

@@ -978,13 +978,13 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         let leader = Partition::open(ldir.path().to_path_buf(), small_config())
             .await
             .unwrap();
-        leader.set_leader_epoch(3);
+        leader.set_leader_epoch(3).unwrap();
         for seq in 0..6 {
             leader
                 .append(make_batch(2, 100 + seq as i64, 42, 0, seq * 2, 120), 0)
                 .unwrap();
         }
-        leader.set_leader_epoch(5);
+        leader.set_leader_epoch(5).unwrap();
         for seq in 6..12 {
             leader
                 .append(make_batch(2, 100 + seq as i64, 42, 0, seq * 2, 120), 0)
@@ -1014,7 +1014,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         .unwrap();
         // A gap: the first batch must start at the follower's log end (0).
         assert_eq!(
-            follower.append_replica(joined(&all[2..4])),
+            follower.append_replica(joined(&all[2..4]), 5),
             Err(ReplicaAppendError::OffsetMismatch {
                 expected: 0,
                 got: 4
@@ -1024,7 +1024,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         let mut gappy = all[0..2].to_vec();
         gappy.push(all[3].clone());
         assert_eq!(
-            follower.append_replica(joined(&gappy)),
+            follower.append_replica(joined(&gappy), 5),
             Err(ReplicaAppendError::OffsetMismatch {
                 expected: 4,
                 got: 6
@@ -1034,14 +1034,14 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         let n = corrupt.len();
         corrupt[n - 1] ^= 1;
         assert!(matches!(
-            follower.append_replica(corrupt.freeze()),
+            follower.append_replica(corrupt.freeze(), 5),
             Err(ReplicaAppendError::CorruptMessage(_))
         ));
         assert_eq!(follower.log_end(), 0);
         // Seven whole batches plus half of the eighth, as a size-limited Fetch returns.
         let mut first = concat(&all[..7]);
         first.extend_from_slice(&all[7][..all[7].len() / 2]);
-        let out = follower.append_replica(Bytes::from(first)).unwrap();
+        let out = follower.append_replica(Bytes::from(first), 5).unwrap();
         assert_eq!(
             out,
             ReplicaAppendOutcome {
@@ -1053,16 +1053,16 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         );
         // Overlap (already have these offsets) is a mismatch too.
         assert!(matches!(
-            follower.append_replica(joined(&all[6..8])),
+            follower.append_replica(joined(&all[6..8]), 5),
             Err(ReplicaAppendError::OffsetMismatch {
                 expected: 14,
                 got: 12
             })
         ));
-        let out = follower.append_replica(joined(&all[7..])).unwrap();
+        let out = follower.append_replica(joined(&all[7..]), 5).unwrap();
         assert_eq!((out.first_offset, out.log_end_offset), (14, 24));
         // Only a partial batch: nothing appended, not an error.
-        let partial = follower.append_replica(all[0].slice(..30)).unwrap();
+        let partial = follower.append_replica(all[0].slice(..30), 5).unwrap();
         assert_eq!((partial.batches, partial.first_offset), (0, -1));
         follower.wait_durable(23).await.unwrap();
         assert_eq!(follower.durable_end(), 24);
@@ -1073,7 +1073,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         assert_eq!(follower.epoch_cache(), leader.epoch_cache());
         assert_eq!(follower.latest_epoch(), Some(5));
         // Producer state came along: once leader, the follower dedups a retry.
-        follower.set_leader_epoch(6);
+        follower.set_leader_epoch(6).unwrap();
         let dup = follower
             .append(make_batch(2, 111, 42, 0, 22, 120), 0)
             .unwrap();
@@ -1284,6 +1284,56 @@ fn truncate_and_reopen_never_resurrects() {
     });
 }
 
+/// A follower never trusts the partitionLeaderEpoch of replicated batches (it sits outside
+/// the CRC): a batch stamped with an epoch newer than the leader it was fetched from, or
+/// older than the log's latest, is refused with a typed error and nothing is appended, so a
+/// bad leader cannot poison the epoch cache and crash the shard when this replica later
+/// leads.
+#[test]
+fn follower_refuses_batches_with_impossible_leader_epochs() {
+    run(|| async {
+        let dir = test_dir();
+        let follower = Partition::open_with_mode(
+            dir.path().to_path_buf(),
+            small_config(),
+            Rc::new(DmaFileSystem),
+            HwMode::Replicated,
+        )
+        .await
+        .unwrap();
+        let stamped = |base: i64, epoch: i32| {
+            let mut b = plain(2, 100, 40);
+            patch_base_offset(&mut b, base);
+            patch_leader_epoch(&mut b, epoch);
+            b.freeze()
+        };
+        // Fetched from the leader of epoch 5: epoch 1_000_000 cannot be in its log.
+        assert_eq!(
+            follower.append_replica(stamped(0, 1_000_000), 5),
+            Err(ReplicaAppendError::BadLeaderEpoch {
+                offset: 0,
+                epoch: 1_000_000,
+                leader_epoch: 5
+            })
+        );
+        assert_eq!((follower.log_end(), follower.latest_epoch()), (0, None));
+        // Honest batches go in; leading later in a newer epoch works.
+        follower.append_replica(stamped(0, 4), 5).unwrap();
+        follower.append_replica(stamped(2, 5), 5).unwrap();
+        assert_eq!(follower.latest_epoch(), Some(5));
+        follower.set_leader_epoch(6).unwrap();
+        // Asked to lead in an epoch older than the log holds: an error, not a panic.
+        assert_eq!(
+            follower.set_leader_epoch(3),
+            Err(Error::EpochRegression {
+                epoch: 3,
+                latest: 5
+            })
+        );
+        follower.close().await.unwrap();
+    });
+}
+
 /// The leader-epoch cache is checkpointed in Kafka's text format, reloaded on open,
 /// rebuilt from batch headers when the file is missing or corrupt, repaired when a crash
 /// left it behind the log, and cut (and re-persisted) by truncation.
@@ -1295,7 +1345,7 @@ fn epoch_cache_persisted_and_rebuilt() {
         let open = || Partition::open(dir.path().to_path_buf(), small_config());
         let p = open().await.unwrap();
         for (epoch, n) in [(1, 10), (4, 10), (7, 10)] {
-            p.set_leader_epoch(epoch);
+            p.set_leader_epoch(epoch).unwrap();
             for i in 0..n {
                 p.append(plain(2, i, 150), 0).unwrap();
             }
@@ -1328,7 +1378,7 @@ fn epoch_cache_persisted_and_rebuilt() {
         }
         // A crash that left the checkpoint behind the log: recovery repairs it.
         let p = open().await.unwrap();
-        p.set_leader_epoch(9);
+        p.set_leader_epoch(9).unwrap();
         let out = p.append(plain(2, 1, 150), 0).unwrap();
         p.wait_durable(out.last_offset).await.unwrap();
         p.crash().await;
