@@ -110,6 +110,14 @@ fn unexpected(other: ControllerResponse) -> AdminError {
 
 /// Creates a topic through the controller. Its partitions are opened by the shards of the
 /// brokers holding replicas as they apply the new metadata.
+/// What CreateTopics made (or, with validate_only, would make).
+pub struct CreatedTopic {
+    /// The topic as the catalog holds it; with validate_only, its name and configs only.
+    pub meta: Arc<TopicMeta>,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+}
+
 pub async fn create_topic(
     ctx: &Rc<ShardCtx>,
     name: &str,
@@ -117,7 +125,7 @@ pub async fn create_topic(
     replication_factor: i16,
     configs: BTreeMap<String, String>,
     validate_only: bool,
-) -> Result<Arc<TopicMeta>, AdminError> {
+) -> Result<CreatedTopic, AdminError> {
     validate_topic_name(name)?;
     if partitions != -1 && !(1..=TOPIC_PARTITIONS_MAX).contains(&partitions) {
         return Err(AdminError::new(
@@ -144,25 +152,31 @@ pub async fn create_topic(
         other => return Err(unexpected(other)),
     };
     status_to_result(result.status)?;
-    if validate_only {
-        return Ok(Arc::new(TopicMeta {
+    let meta = if validate_only {
+        Arc::new(TopicMeta {
             name: name.into(),
             id: 0,
             partitions: vec![],
             configs,
-        }));
-    }
-    ctx.shared
-        .catalog
-        .load()
-        .topic(name)
-        .cloned()
-        .ok_or_else(|| {
-            AdminError::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic `{name}` was deleted as it was created"),
-            )
         })
+    } else {
+        ctx.shared
+            .catalog
+            .load()
+            .topic(name)
+            .cloned()
+            .ok_or_else(|| {
+                AdminError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic `{name}` was deleted as it was created"),
+                )
+            })?
+    };
+    Ok(CreatedTopic {
+        meta,
+        num_partitions: result.num_partitions,
+        replication_factor: result.replication_factor,
+    })
 }
 
 /// Deletes a topic through the controller; replicas are dropped as brokers apply it.

@@ -85,6 +85,22 @@ def connect(bootstrap: str, timeout_s: float = 5.0) -> socket.socket:
     return sock
 
 
+def call(bootstrap: str, req, timeout_s: float = 10.0):
+    """One request/response round trip of any API at any version, encoded and decoded by
+    kafka-python's generated message classes (`req` is e.g. `ListOffsetsRequest[4](...)`),
+    for tests that need a field a client library does not expose."""
+    from kafka.protocol.api_header import ResponseClassRegistry  # noqa: F401 (registers)
+    req.with_header(correlation_id=42, client_id="strata-tests")
+    response_cls = type(req).__name__.rsplit("Request", 1)[0] + "Response"
+    module = __import__(type(req).__module__, fromlist=[response_cls])
+    resp = getattr(module, response_cls)
+    with connect(bootstrap, timeout_s) as sock:
+        sock.sendall(req.encode(header=True, framed=True))
+        (size,) = struct.unpack(">i", recv_exact(sock, 4))
+        frame = recv_exact(sock, size)
+    return resp.decode(frame, version=req.API_VERSION, header=True)
+
+
 def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
     (error_code, count) = struct.unpack(">hi", body[:6])
     apis = {}
@@ -187,14 +203,17 @@ def _nullable(b: bytes | None) -> bytes:
 
 
 def record_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: int = 1_700_000_000_000,
-                 corrupt_crc: bool = False) -> bytes:
-    """An uncompressed v2 batch of (key, value) records with a correct (or deliberately wrong) CRC."""
+                 corrupt_crc: bool = False, timestamp_deltas: list[int] | None = None) -> bytes:
+    """An uncompressed v2 batch of (key, value) records with a correct (or deliberately wrong)
+    CRC; record i is stamped `timestamp_ms + timestamp_deltas[i]` (all `timestamp_ms` by default)."""
+    deltas = timestamp_deltas or [0] * len(records)
     body = bytearray()
     for i, (key, value) in enumerate(records):
-        rec = b"\x00" + varint(0) + varint(i) + _nullable(key) + _nullable(value) + varint(0)
+        rec = b"\x00" + varint(deltas[i]) + varint(i) + _nullable(key) + _nullable(value) + varint(0)
         body += varint(len(rec)) + rec
     after_crc = struct.pack(
-        ">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms, -1, -1, -1, len(records)
+        ">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms + max(deltas), -1, -1, -1,
+        len(records)
     ) + bytes(body)
     crc = crc32c(after_crc)
     if corrupt_crc:

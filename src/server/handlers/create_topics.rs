@@ -6,6 +6,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::create_topics_response::*;
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
+use super::describe_configs::topic_configs;
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
 use crate::server::admin::create_topic;
@@ -13,7 +14,7 @@ use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
-    _version: i16,
+    version: i16,
     req: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
@@ -45,15 +46,27 @@ pub async fn handle(
             .await
         };
         topics.push(match result {
-            Ok(meta) => CreatableTopicResult::default()
+            // What was made, as Kafka reports it (KIP-525): the partition count and
+            // replication factor the controller chose, and from v5 on every topic setting
+            // in effect with its source.
+            Ok(made) => CreatableTopicResult::default()
                 .with_name(t.name)
-                .with_topic_id(meta.uuid())
-                .with_num_partitions(if req.validate_only {
-                    t.num_partitions
-                } else {
-                    meta.partitions.len() as i32
-                })
-                .with_replication_factor(1),
+                .with_topic_id(made.meta.uuid())
+                .with_num_partitions(made.num_partitions)
+                .with_replication_factor(made.replication_factor)
+                .with_configs((version >= 5).then(|| {
+                    topic_configs(ctx, &made.meta.configs)
+                        .into_iter()
+                        .map(|c| {
+                            CreatableTopicConfigs::default()
+                                .with_name(str_bytes(c.name))
+                                .with_value(Some(str_bytes(&c.value)))
+                                .with_read_only(false)
+                                .with_config_source(c.source)
+                                .with_is_sensitive(false)
+                        })
+                        .collect()
+                })),
             Err(e) => CreatableTopicResult::default()
                 .with_name(t.name)
                 .with_error_code(e.code.code())

@@ -1,5 +1,6 @@
 //! DescribeConfigs for topics (every topic-level setting, marking overrides) and for the
 //! broker (dynamic topic defaults and the static settings).
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_configs_response::*;
@@ -59,6 +60,49 @@ fn entry(key: &str, value: String, source: i8, read_only: bool) -> DescribeConfi
         .with_config_type(config_type(key))
 }
 
+/// One topic-level setting as DescribeConfigs (and CreateTopics v5+) report it.
+pub struct TopicConfig {
+    pub name: &'static str,
+    pub value: String,
+    /// Kafka's config source: the topic's own override, a dynamic broker default, or the
+    /// built-in default.
+    pub source: i8,
+}
+
+/// Every topic-level setting of a topic whose overrides are `overrides`, with the value in
+/// effect and where it comes from.
+pub fn topic_configs(ctx: &ShardCtx, overrides: &BTreeMap<String, String>) -> Vec<TopicConfig> {
+    let catalog = ctx.shared.catalog.load();
+    let defaults = ctx.shared.config.topic_defaults_map();
+    let effective = ctx.shared.topic_settings(overrides);
+    TOPIC_CONFIG_KEYS
+        .iter()
+        .map(|k| {
+            let broker_dynamic = BROKER_TOPIC_DEFAULTS
+                .iter()
+                .any(|(b, t)| t == k && catalog.broker_configs.contains_key(*b));
+            let (value, source) = if let Some(v) = overrides.get(*k) {
+                (v.clone(), SOURCE_DYNAMIC_TOPIC)
+            } else if broker_dynamic {
+                (
+                    effective.get(*k).cloned().unwrap_or_default(),
+                    SOURCE_DYNAMIC_DEFAULT_BROKER,
+                )
+            } else {
+                (
+                    defaults.get(*k).cloned().unwrap_or_default(),
+                    SOURCE_DEFAULT,
+                )
+            };
+            TopicConfig {
+                name: k,
+                value,
+                source,
+            }
+        })
+        .collect()
+}
+
 pub fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
@@ -83,29 +127,10 @@ pub fn handle(
                     .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
                     .with_error_message(Some(str_bytes(&format!("topic `{name}` does not exist")))),
                 Some(meta) => {
-                    let effective = ctx.shared.topic_settings(&meta.configs);
-                    let configs = TOPIC_CONFIG_KEYS
-                        .iter()
-                        .filter(|k| wanted(k))
-                        .map(|k| {
-                            let broker_dynamic = BROKER_TOPIC_DEFAULTS
-                                .iter()
-                                .any(|(b, t)| t == k && catalog.broker_configs.contains_key(*b));
-                            let (value, source) = if let Some(v) = meta.configs.get(*k) {
-                                (v.clone(), SOURCE_DYNAMIC_TOPIC)
-                            } else if broker_dynamic {
-                                (
-                                    effective.get(*k).cloned().unwrap_or_default(),
-                                    SOURCE_DYNAMIC_DEFAULT_BROKER,
-                                )
-                            } else {
-                                (
-                                    defaults.get(*k).cloned().unwrap_or_default(),
-                                    SOURCE_DEFAULT,
-                                )
-                            };
-                            entry(k, value, source, false)
-                        })
+                    let configs = topic_configs(ctx, &meta.configs)
+                        .into_iter()
+                        .filter(|c| wanted(c.name))
+                        .map(|c| entry(c.name, c.value, c.source, false))
                         .collect();
                     base.with_configs(configs)
                 }

@@ -61,7 +61,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> M
             (Some(meta), _) => topic_entry(&ctx.shared.catalog.load(), &meta),
             (None, Some(name)) if auto_create => {
                 match create_topic(ctx, &name, -1, -1, BTreeMap::new(), false).await {
-                    Ok(meta) => topic_entry(&ctx.shared.catalog.load(), &meta),
+                    Ok(made) => topic_entry(&ctx.shared.catalog.load(), &made.meta),
                     // Another connection created it a moment ago.
                     Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
                         match ctx.shared.catalog.load().topic(&name) {

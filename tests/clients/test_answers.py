@@ -1,0 +1,90 @@
+"""What the broker answers, field by field, where a client library hides the field: requests
+encoded and responses decoded by kafka-python's generated message classes (kproto.call)."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from kafka.protocol.admin.topics import CreateTopicsRequest
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+
+import kproto
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, rf: int = -1,
+                 configs: dict[str, str] | None = None, version: int = 5,
+                 validate_only: bool = False):
+    R = CreateTopicsRequest
+    topic = R.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=rf, assignments=[],
+        configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                 for k, v in (configs or {}).items()])
+    resp = kproto.call(bootstrap, R[version](topics=[topic], timeout_ms=30_000,
+                                             validate_only=validate_only))
+    [result] = resp.topics
+    return result
+
+
+def list_offset(bootstrap: str, topic: str, timestamp: int, version: int = 4):
+    R = ListOffsetsRequest
+    part = R.ListOffsetsTopic.ListOffsetsPartition(
+        partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
+    resp = kproto.call(bootstrap, R[version](
+        replica_id=-1, isolation_level=0,
+        topics=[R.ListOffsetsTopic(name=topic, partitions=[part])]))
+    [t] = resp.topics
+    [p] = t.partitions
+    assert p.error_code == 0, p
+    return p
+
+
+def metadata_leader_epoch(bootstrap: str, topic: str) -> int:
+    R = MetadataRequest
+    resp = kproto.call(bootstrap, R[9](topics=[R.MetadataRequestTopic(name=topic)],
+                                       allow_auto_topic_creation=False))
+    [t] = resp.topics
+    [p] = t.partitions
+    assert p.error_code == 0, p
+    return p.leader_epoch
+
+
+def produce(bootstrap: str, topic: str, records, timestamp_ms: int,
+            timestamp_deltas: list[int] | None = None) -> None:
+    batch = kproto.record_batch(records, timestamp_ms=timestamp_ms,
+                                timestamp_deltas=timestamp_deltas)
+    [(_, _, err, _)] = kproto.produce_raw(bootstrap, topic, 0, batch)
+    assert err == 0, err
+
+
+def wait_for_leader(bootstrap: str, topic: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            list_offset(bootstrap, topic, LATEST)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_create_topics_reports_what_was_created(broker):
+    """Proves CreateTopics v5+ reports the topic's partition count, replication factor and
+    configs (every topic setting with the override in effect, as Kafka does), with and
+    without validate_only. (A replication factor other than 1 needs a cluster:
+    tests/cluster/test_cluster_acks.py checks it.)"""
+    for version in (5, 7):
+        for validate_only in (True, False):
+            name = f"made-{version}-{int(validate_only)}"
+            r = create_topic(broker.bootstrap, name, partitions=3, rf=-1, version=version,
+                             configs={"retention.ms": "12345"}, validate_only=validate_only)
+            assert r.error_code == 0, r
+            assert (r.num_partitions, r.replication_factor) == (3, 1), r
+            configs = {c.name: c.value for c in r.configs}
+            assert configs.get("retention.ms") == "12345", configs
+            assert "cleanup.policy" in configs, configs
