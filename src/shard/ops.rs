@@ -341,10 +341,10 @@ fn start_produce(
             if waited {
                 super::replica::on_local_append(&ctx, &tp);
             }
-            out.push(s);
+            out.push((tp, s));
         }
         let mut results = Vec::with_capacity(out.len());
-        for s in out {
+        for (tp, s) in out {
             match s {
                 Staged::Appended {
                     partition,
@@ -367,12 +367,14 @@ fn start_produce(
                         // Durable here; acknowledged once every in-sync replica has it too
                         // (the high watermark passed it).
                         Some(Ok(())) => {
-                            if super::replica::wait_committed(&partition, last_offset, deadline)
+                            if !super::replica::wait_committed(&partition, last_offset, deadline)
                                 .await
                             {
-                                result
-                            } else {
                                 ProduceResult::error(ErrorCode::RequestTimedOut, None)
+                            } else if let Err(e) = ctx.replicas.acks_all_committed(&tp) {
+                                ProduceResult::error(e, None)
+                            } else {
+                                result
                             }
                         }
                         Some(Err(e)) => ProduceResult::error(from_storage(&e), Some(e.to_string())),

@@ -128,6 +128,19 @@ impl Replicas {
         }
     }
 
+    /// Kafka's check once the high watermark has passed an acks=all batch
+    /// (`checkEnoughReplicasReachOffset`): the write is acknowledged only if this broker still
+    /// leads `tp` with at least min.insync.replicas in the ISR. An ISR that shrank while the
+    /// produce waited answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the batch stays appended, and
+    /// the producer may retry); lost leadership answers NOT_LEADER_OR_FOLLOWER.
+    pub fn acks_all_committed(&self, tp: &TopicPartition) -> Result<(), ErrorCode> {
+        match self.roles.borrow().get(tp) {
+            Some(Role::Leader(l)) if l.state.acks_all_allowed(l.min_isr) => Ok(()),
+            Some(Role::Leader(_)) => Err(ErrorCode::NotEnoughReplicasAfterAppend),
+            _ => Err(ErrorCode::NotLeaderOrFollower),
+        }
+    }
+
     /// The high watermark a leader reports.
     pub fn leader_hw(&self, tp: &TopicPartition) -> Option<i64> {
         match self.roles.borrow().get(tp) {
