@@ -41,6 +41,12 @@ pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 /// Producer ids handed out per persisted block; a crash skips at most this many ids.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
+/// Bytes the records of one batch may inflate to when the broker must read inside it (a
+/// ListOffsets timestamp lookup, recompression for a topic's `compression.type`). Checked
+/// once the codec has produced its output: it bounds what is kept and worked on, and refuses
+/// a batch past it (Kafka's max.message.bytes bounds the compressed size only).
+pub const RECORDS_DECOMPRESSED_BYTES_MAX: usize = 256 * 1024 * 1024;
+
 /// Bytes a connection asks of its socket while waiting for the next request's size prefix.
 /// Not counted in the shard's request budget: it is a fixed cost per connection, bounded by
 /// `max_connections`, and small so that thousands of idle connections stay cheap.

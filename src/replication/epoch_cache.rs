@@ -84,6 +84,16 @@ impl EpochCache {
         }
     }
 
+    /// The epoch the record at `offset` was written in: the latest one starting at or
+    /// before it (Kafka's `epochForOffset`); `None` before the first known epoch.
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.start_offset <= offset)
+            .map(|e| e.epoch)
+    }
+
     /// The log was truncated to end at `end_offset`: epochs starting there or later go.
     pub fn truncate_from_end(&mut self, end_offset: i64) {
         self.entries.retain(|e| e.start_offset < end_offset);

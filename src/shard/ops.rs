@@ -130,6 +130,8 @@ pub struct OffsetResult {
     pub error: Option<ErrorCode>,
     pub timestamp: i64,
     pub offset: i64,
+    /// ListOffsets v4+: the leader epoch of the offset answered (-1 when unknown).
+    pub leader_epoch: i32,
 }
 
 impl OffsetResult {
@@ -138,6 +140,7 @@ impl OffsetResult {
             error: Some(e),
             timestamp: -1,
             offset: -1,
+            leader_epoch: -1,
         }
     }
     pub fn ok(timestamp: i64, offset: i64) -> Self {
@@ -145,6 +148,13 @@ impl OffsetResult {
             error: None,
             timestamp,
             offset,
+            leader_epoch: -1,
+        }
+    }
+    fn with_leader_epoch(self, leader_epoch: Option<i32>) -> Self {
+        Self {
+            leader_epoch: leader_epoch.unwrap_or(-1),
+            ..self
         }
     }
     /// The wire error code (0 for success).
@@ -667,20 +677,37 @@ async fn list_offset(ctx: &Rc<ShardCtx>, tp: &TopicPartition, ts: i64) -> Offset
         Ok(p) => p,
         Err(e) => return err(e),
     };
+    // Each answer carries the leader epoch Kafka gives it: the current one for the high
+    // watermark, the one the offset was written in otherwise (a consumer validates its
+    // position against it after a leader change, KIP-320).
     let ok = OffsetResult::ok;
+    let not_found = || ok(-1, -1);
     match ts {
-        LATEST_TIMESTAMP => ok(-1, p.high_watermark()),
-        EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => ok(-1, p.log_start_offset()),
+        LATEST_TIMESTAMP => {
+            ok(-1, p.high_watermark()).with_leader_epoch(ctx.replicas.leader_epoch(tp))
+        }
+        EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
+            let start = p.log_start_offset();
+            ok(-1, start).with_leader_epoch(p.epoch_for_offset(start))
+        }
+        // The first record stamped with the largest timestamp (Kafka since KAFKA-16310),
+        // found the way a timestamp lookup finds it.
         MAX_TIMESTAMP => match p.max_timestamp() {
-            Some((t, o)) => ok(t, o),
-            None => ok(-1, -1),
+            Some((t, _)) => timestamp_lookup(&p, t).await,
+            None => not_found(),
         },
-        t if t >= 0 => match p.offset_for_timestamp(t).await {
-            Ok(Some((offset, found))) => ok(found, offset),
-            Ok(None) => ok(-1, -1),
-            Err(e) => err(from_storage(&e)),
-        },
+        t if t >= 0 => timestamp_lookup(&p, t).await,
         _ => err(ErrorCode::InvalidRequest),
+    }
+}
+
+/// The first record stamped at or after `ts`, with the epoch it was written in.
+async fn timestamp_lookup(p: &Partition, ts: i64) -> OffsetResult {
+    match p.offset_for_timestamp(ts).await {
+        Ok(Some(found)) => OffsetResult::ok(found.timestamp, found.offset)
+            .with_leader_epoch(Some(found.leader_epoch)),
+        Ok(None) => OffsetResult::ok(-1, -1),
+        Err(e) => OffsetResult::failed(from_storage(&e)),
     }
 }
 
@@ -700,11 +727,7 @@ async fn delete_records(ctx: &Rc<ShardCtx>, tp: &TopicPartition, offset: i64) ->
         return err(ErrorCode::OffsetOutOfRange);
     }
     match p.delete_records(target).await {
-        Ok(low) => OffsetResult {
-            error: None,
-            timestamp: -1,
-            offset: low,
-        },
+        Ok(low) => OffsetResult::ok(-1, low),
         Err(e) => err(from_storage(&e)),
     }
 }

@@ -55,7 +55,9 @@ pub use crate::replication::epoch_cache::{EpochCache, EpochEntry};
 pub use budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 pub use config::{FlushPolicy, LogConfig, TimestampType};
 pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
-pub use partition::{AppendOutcome, HwMode, Partition, ReadOutcome, ReplicaAppendOutcome};
+pub use partition::{
+    AppendOutcome, HwMode, Partition, ReadOutcome, ReplicaAppendOutcome, TimestampOffset,
+};
 pub use space::DiskSpace;
 
 use crate::protocol::record_batch::BatchError;

@@ -63,8 +63,10 @@ use super::{
     ACTIVE_CHECKPOINT_BYTES, HW_CHECKPOINT_INTERVAL_MS, NEVER_POLICY_WRITE_INTERVAL_MS,
     READ_CHUNK_BYTES_MIN, STAGING_BYTES_MAX, STAGING_WRITE_THRESHOLD_BYTES,
 };
+use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::record_batch::{
-    patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError, BatchHeader,
+    patch_base_offset, patch_leader_epoch, patch_log_append_time, record_offsets_and_timestamps,
+    validate, BatchError, BatchHeader,
 };
 use crate::replication::epoch_cache::EpochCache;
 
@@ -254,6 +256,46 @@ impl Inner {
         }
         doomed
     }
+}
+
+/// ListOffsets' answer for a timestamp: the record found and the leader epoch of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: i32,
+}
+
+/// The first record of one whole stored `batch` at or after `min_offset` whose timestamp is
+/// >= `ts`, provided it lies below `high_watermark`.
+fn record_at_or_after(
+    batch: &[u8],
+    ts: i64,
+    min_offset: i64,
+    high_watermark: i64,
+) -> Option<TimestampOffset> {
+    let header = BatchHeader::parse(batch).ok()?;
+    let found = match record_offsets_and_timestamps(batch, RECORDS_DECOMPRESSED_BYTES_MAX) {
+        Ok(records) => records
+            .into_iter()
+            .find(|&(offset, timestamp)| offset >= min_offset && timestamp >= ts),
+        // The CRC covers the payload, so a batch whose records do not decode came that way
+        // from its producer; its start is the closest answer (a consumer seeking there reads
+        // the same batch).
+        Err(e) => {
+            tracing::warn!(
+                base_offset = header.base_offset,
+                "timestamp lookup cannot read the records of a batch: {e}"
+            );
+            Some((header.base_offset.max(min_offset), header.max_timestamp))
+        }
+    };
+    let (offset, timestamp) = found?;
+    (offset < high_watermark).then_some(TimestampOffset {
+        timestamp,
+        offset,
+        leader_epoch: header.partition_leader_epoch,
+    })
 }
 
 pub struct Partition {
@@ -1057,6 +1099,10 @@ impl Partition {
     pub fn epoch_cache(&self) -> EpochCache {
         self.inner.borrow().epoch_cache.clone()
     }
+    /// The leader epoch the record at `offset` was written in, if the cache knows it.
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.inner.borrow().epoch_cache.epoch_for_offset(offset)
+    }
     pub fn latest_epoch(&self) -> Option<i32> {
         self.inner.borrow().epoch_cache.latest().map(|l| l.epoch)
     }
@@ -1110,10 +1156,11 @@ impl Partition {
         futures_lite::future::or(wait, sleep).await;
     }
 
-    /// The earliest batch (at or after the log start, below the high watermark) whose max
-    /// timestamp is >= `ts`: `(offset, that timestamp)`; the offset is the batch's base
-    /// offset, raised to the log start if the batch straddles it.
-    pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, Error> {
+    /// Kafka's ListOffsets by timestamp: the first record (at or after the log start, below
+    /// the high watermark) whose timestamp is >= `ts`. Batches whose max timestamp qualifies
+    /// are opened to find the record inside, so a batch stamped T1 < T2 answers its second
+    /// record for T2, not its base offset.
+    pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<TimestampOffset>, Error> {
         let mut load = None;
         let (file, path, mut pos, end, from_offset, hw, log_start) = loop {
             if let Some(base) = load.take() {
@@ -1146,8 +1193,8 @@ impl Partition {
             {
                 return Ok(inner
                     .cache
-                    .find_timestamp(from, ts, hw)
-                    .map(|(o, t)| (o.max(log_start), t)));
+                    .timestamp_candidates(from, ts, hw)
+                    .find_map(|b| record_at_or_after(&b.bytes, ts, log_start, hw)));
             }
             let Some(file) = seg.file.clone() else {
                 return Err(Error::corruption(
@@ -1173,7 +1220,7 @@ impl Partition {
             if batches.is_empty() {
                 break;
             }
-            for (h, _) in batches {
+            for (h, bytes) in batches {
                 if h.last_offset() < from_offset {
                     continue;
                 }
@@ -1181,7 +1228,9 @@ impl Partition {
                     return Ok(None);
                 }
                 if h.max_timestamp >= ts {
-                    return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
+                    if let Some(found) = record_at_or_after(&bytes, ts, log_start, hw) {
+                        return Ok(Some(found));
+                    }
                 }
             }
             pos = next;
@@ -1189,10 +1238,11 @@ impl Partition {
         }
         // The rest of that segment may not be written yet: it is in the tail cache.
         let inner = self.inner.borrow();
-        Ok(inner
+        let found = inner
             .cache
-            .find_timestamp(from_offset, ts, hw)
-            .map(|(o, t)| (o.max(log_start), t)))
+            .timestamp_candidates(from_offset, ts, hw)
+            .find_map(|b| record_at_or_after(&b.bytes, ts, log_start, hw));
+        Ok(found)
     }
 
     /// Opens a closed segment's file and loads (or, if insane, rebuilds) its indexes on first

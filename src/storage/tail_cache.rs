@@ -116,20 +116,21 @@ impl TailCache {
         out
     }
 
-    /// The first batch at or after `from_offset` with max timestamp >= `timestamp`.
-    pub(crate) fn find_timestamp(
+    /// The batches at or after `from_offset`, each starting below `high_watermark`, whose
+    /// max timestamp is >= `timestamp`, in offset order: where a timestamp lookup looks
+    /// inside for the first record that qualifies.
+    pub(crate) fn timestamp_candidates(
         &self,
         from_offset: i64,
         timestamp: i64,
         high_watermark: i64,
-    ) -> Option<(i64, i64)> {
+    ) -> impl Iterator<Item = &CachedBatch> {
         let start = self
             .batches
             .partition_point(|b| b.last_offset < from_offset);
         self.batches
             .range(start..)
-            .take_while(|b| b.base_offset < high_watermark)
-            .find(|b| b.max_timestamp >= timestamp)
-            .map(|b| (b.base_offset, b.max_timestamp))
+            .take_while(move |b| b.base_offset < high_watermark)
+            .filter(move |b| b.max_timestamp >= timestamp)
     }
 }

@@ -60,6 +60,14 @@ fn stored(batch: &BytesMut, base: i64) -> Bytes {
     b.freeze()
 }
 
+/// A timestamp lookup's answer as `(offset, timestamp)`.
+async fn offset_at(p: &Partition, ts: i64) -> Option<(i64, i64)> {
+    p.offset_for_timestamp(ts)
+        .await
+        .unwrap()
+        .map(|found| (found.offset, found.timestamp))
+}
+
 pub(crate) fn test_dir() -> tempfile::TempDir {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target")
@@ -148,15 +156,9 @@ fn append_read_roundtrip() {
         assert_eq!(p.high_watermark(), leo);
         // Timestamps are 1000 + i for batch i: lookups from the tail cache and the disk.
         let base_of = |i: usize| model[i].0;
-        assert_eq!(
-            p.offset_for_timestamp(1010).await.unwrap(),
-            Some((base_of(10), 1010))
-        );
-        assert_eq!(
-            p.offset_for_timestamp(1049).await.unwrap(),
-            Some((base_of(49), 1049))
-        );
-        assert_eq!(p.offset_for_timestamp(1050).await.unwrap(), None);
+        assert_eq!(offset_at(&p, 1010).await, Some((base_of(10), 1010)));
+        assert_eq!(offset_at(&p, 1049).await, Some((base_of(49), 1049)));
+        assert_eq!(offset_at(&p, 1050).await, None);
         assert_eq!(p.max_timestamp(), Some((1049, leo - 1)));
         check_all(&p, &model).await;
         // A big read returns whole batches in order, within max_bytes.
@@ -190,14 +192,8 @@ fn append_read_roundtrip() {
             .unwrap();
         assert_eq!(p.log_end_offset(), leo);
         check_all(&p, &model).await;
-        assert_eq!(
-            p.offset_for_timestamp(1010).await.unwrap(),
-            Some((base_of(10), 1010))
-        );
-        assert_eq!(
-            p.offset_for_timestamp(1049).await.unwrap(),
-            Some((base_of(49), 1049))
-        );
+        assert_eq!(offset_at(&p, 1010).await, Some((base_of(10), 1010)));
+        assert_eq!(offset_at(&p, 1049).await, Some((base_of(49), 1049)));
         assert_eq!(p.max_timestamp(), Some((1049, leo - 1)));
         p.close().await.unwrap();
     });
@@ -340,12 +336,9 @@ fn recovery_rebuilds_bad_indexes() {
             .unwrap();
         assert_eq!(p.log_end_offset(), 120);
         check_all(&p, &model).await;
-        assert_eq!(
-            p.offset_for_timestamp(5000 + 31).await.unwrap(),
-            Some((62, 5031))
-        );
-        assert_eq!(p.offset_for_timestamp(0).await.unwrap(), Some((0, 5000)));
-        assert_eq!(p.offset_for_timestamp(99_999).await.unwrap(), None);
+        assert_eq!(offset_at(&p, 5000 + 31).await, Some((62, 5031)));
+        assert_eq!(offset_at(&p, 0).await, Some((0, 5000)));
+        assert_eq!(offset_at(&p, 99_999).await, None);
         assert_eq!(p.max_timestamp(), Some((5059, 119)));
         p.close().await.unwrap();
         assert!(idx(bases[0], "index").exists(), "rebuilt index persisted");

@@ -73,6 +73,60 @@ def wait_for_leader(bootstrap: str, topic: str, timeout_s: float = 20.0) -> None
             time.sleep(0.1)
 
 
+def test_list_offsets_answers_real_leader_epochs(persistent_broker):
+    """Proves ListOffsets v4+ answers real leader epochs, as Kafka does, not 0: the latest
+    offset carries the current epoch (the one Metadata reports); the earliest offset and a
+    timestamp or max-timestamp lookup carry the epoch the record was written in. Each restart
+    re-elects the leader, so the record is written in a nonzero epoch and read in a later one."""
+    b = persistent_broker
+    assert create_topic(b.bootstrap, "epochs").error_code == 0
+    wait_for_leader(b.bootstrap, "epochs")
+    b.restart()
+    wait_for_leader(b.bootstrap, "epochs")
+    written_in = metadata_leader_epoch(b.bootstrap, "epochs")
+    produce(b.bootstrap, "epochs", [(None, b"v")], timestamp_ms=1_700_000_000_000)
+    b.restart()
+    wait_for_leader(b.bootstrap, "epochs")
+    current = metadata_leader_epoch(b.bootstrap, "epochs")
+    assert 0 < written_in < current, (written_in, current)
+    assert list_offset(b.bootstrap, "epochs", LATEST).leader_epoch == current
+    assert list_offset(b.bootstrap, "epochs", EARLIEST).leader_epoch == written_in
+    assert list_offset(b.bootstrap, "epochs", 0).leader_epoch == written_in
+    assert list_offset(b.bootstrap, "epochs", MAX_TIMESTAMP, version=7).leader_epoch == written_in
+    assert list_offset(b.bootstrap, "epochs", LATEST, version=3).leader_epoch == -1
+
+
+def test_list_offsets_by_timestamp_finds_the_record_inside_a_batch(broker):
+    """Proves a timestamp lookup answers the first record whose timestamp is >= T, looking
+    inside batches: one batch of two records stamped T1 < T2 answers offset 2 (its second
+    record) for T2, not the batch's base offset; and max-timestamp (-3) answers the first
+    record holding the largest timestamp (Kafka since KAFKA-16310), here the first record of
+    a batch whose second record is older."""
+    t1 = 1_700_000_000_000
+    t2 = t1 + 5_000
+    t3 = t2 + 5_000
+    assert create_topic(broker.bootstrap, "stamps").error_code == 0
+    wait_for_leader(broker.bootstrap, "stamps")
+    produce(broker.bootstrap, "stamps", [(None, b"early")], timestamp_ms=t1 - 10_000)
+    produce(broker.bootstrap, "stamps", [(None, b"a"), (None, b"b")], timestamp_ms=t1,
+            timestamp_deltas=[0, t2 - t1])
+    produce(broker.bootstrap, "stamps", [(None, b"c"), (None, b"d")], timestamp_ms=t3 - 1,
+            timestamp_deltas=[1, 0])
+    lookups = (t1 - 10_000, t1, t1 + 1, t2, t2 + 1, t3 + 1)
+    got = {ts: (p.offset, p.timestamp) for ts in lookups
+           for p in [list_offset(broker.bootstrap, "stamps", ts)]}
+    assert got == {
+        t1 - 10_000: (0, t1 - 10_000),
+        t1: (1, t1),
+        t1 + 1: (2, t2),
+        t2: (2, t2),
+        t2 + 1: (3, t3),
+        t3 + 1: (-1, -1),
+    }
+    top = list_offset(broker.bootstrap, "stamps", MAX_TIMESTAMP, version=7)
+    assert (top.offset, top.timestamp) == (3, t3)
+
+
 def test_create_topics_reports_what_was_created(broker):
     """Proves CreateTopics v5+ reports the topic's partition count, replication factor and
     configs (every topic setting with the override in effect, as Kafka does), with and

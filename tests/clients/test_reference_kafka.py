@@ -201,27 +201,20 @@ def timestamps_inside_a_batch(bootstrap: str, topic: str) -> dict:
     return {"offsets_for_times": for_time, "max_timestamp": max_timestamp}
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: Strata answers a timestamp lookup with the base "
-                   "offset of the first batch whose max timestamp is >= the target (storage/"
-                   "partition.rs offset_for_timestamp); Kafka answers the first record in that "
-                   "batch with timestamp >= the target")
 def test_timestamp_lookup_inside_a_batch(kafka, broker):
-    """Proves (once the gap is closed; a strict xfail until then) that a ListOffsets timestamp
-    lookup landing inside a multi-record batch answers the same offset on Strata as on Kafka 4.1
-    (Kafka: offset 2, the first record of the batch with timestamp >= the target)."""
+    """Proves that a ListOffsets timestamp lookup landing inside a multi-record batch answers
+    the same offset on Strata as on Kafka 4.1 (Kafka: offset 2, the first record of the batch
+    with timestamp >= the target)."""
     topic = "compare-timestamp-lookup"
     k, s = timestamps_inside_a_batch(kafka.bootstrap, topic), timestamps_inside_a_batch(broker.bootstrap, topic)
     assert k["offsets_for_times"] == [2] * PARTITIONS, k
     assert s["offsets_for_times"] == k["offsets_for_times"]
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: Strata answers ListOffsets MAX_TIMESTAMP (-3) "
-                   "with the last offset of the batch holding the max timestamp; Kafka answers the "
-                   "first record in it that carries the max timestamp")
 def test_max_timestamp_lookup_inside_a_batch(kafka, broker):
-    """Proves (once the gap is closed; a strict xfail until then) that ListOffsets MAX_TIMESTAMP
-    answers the same offset and timestamp on Strata as on Kafka 4.1 when the max timestamp is
-    carried by a record in the middle of a batch, twice (Kafka: offset 3, the first of them)."""
+    """Proves that ListOffsets MAX_TIMESTAMP answers the same offset and timestamp on Strata as
+    on Kafka 4.1 when the max timestamp is carried by a record in the middle of a batch, twice
+    (Kafka: offset 3, the first of them)."""
     topic = "compare-max-timestamp"
     k, s = timestamps_inside_a_batch(kafka.bootstrap, topic), timestamps_inside_a_batch(broker.bootstrap, topic)
     assert [o for _, o, _ in k["max_timestamp"]] == [3] * PARTITIONS, k

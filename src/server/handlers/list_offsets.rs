@@ -43,7 +43,7 @@ pub async fn handle(
                         .with_timestamp(r.timestamp)
                         .with_offset(r.offset)
                         // Leader epochs exist on the wire from v4 on.
-                        .with_leader_epoch(if version >= 4 { 0 } else { -1 })
+                        .with_leader_epoch(if version >= 4 { r.leader_epoch } else { -1 })
                 })
                 .collect();
             ListOffsetsTopicResponse::default()
