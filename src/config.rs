@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::storage::{FlushPolicy, LogConfig, TimestampType};
+use crate::storage::{CompressionType, FlushPolicy, LogConfig, TimestampType};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -673,15 +673,12 @@ pub fn log_config_from(
         }
     }
     if let Some(ct) = settings.get("compression.type") {
-        if !matches!(
-            ct.as_str(),
-            "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd"
-        ) {
-            return Err((
+        c.compression = CompressionType::parse(ct).ok_or_else(|| {
+            (
                 "compression.type".into(),
                 format!("`{ct}` is not a known codec"),
-            ));
-        }
+            )
+        })?;
     }
     let min_isr: i32 = num(settings, "min.insync.replicas", broker.min_insync_replicas)?;
     if min_isr < 1 {

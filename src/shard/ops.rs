@@ -4,13 +4,14 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::LocalBoxFuture;
 
 use super::{now_ms, ShardCtx};
+use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::error::{from_append, from_storage, ErrorCode};
-use crate::protocol::record_batch::{BatchError, BatchIter};
-use crate::storage::{AppendError, LogConfig, Partition};
+use crate::protocol::record_batch::{recompress, BatchError, BatchHeader, BatchIter, RecordsError};
+use crate::storage::{AppendError, CompressionType, LogConfig, Partition};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TopicPartition {
@@ -442,11 +443,15 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
             Some("produce request carries no record batch".into()),
         ));
     };
-    let max = partition.config().max_message_bytes as usize;
+    let config = partition.config();
+    let max = config.max_message_bytes as usize;
     let mut ranges = Vec::new();
+    let mut rewrite = false;
     for item in BatchIter::new(records) {
         match item {
             Ok((pos, header)) => {
+                rewrite |= !header.is_control()
+                    && config.compression.rewrite(header.compression()).is_some();
                 if header.total_len() > max {
                     return Staged::Failed(ProduceResult::error(
                         ErrorCode::MessageTooLarge,
@@ -467,15 +472,74 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
             }
         }
     }
+    let (records, ranges) = if rewrite {
+        match apply_compression_type(records, &ranges, config.compression, max) {
+            Ok(rewritten) => rewritten,
+            Err(failed) => return Staged::Failed(failed),
+        }
+    } else {
+        (records.clone(), ranges)
+    };
     let appending = Appending {
         partition,
-        records: records.clone(),
+        records,
         ranges,
         next: 0,
         first: None,
         last_offset: -1,
     };
     appending.advance(now)
+}
+
+/// Rewrites a partition's validated batches in the topic's compression.type (Kafka's
+/// broker-side recompression): a batch in another codec is decompressed and compressed again
+/// (its offsets, timestamps and producer fields unchanged, its CRC recomputed); control
+/// batches and batches already in the codec are copied as they are. Only called when some
+/// batch needs it, so a topic whose producers send its codec pays nothing. Returns the new
+/// records and each batch's range in them, or the error the producer hears.
+fn apply_compression_type(
+    records: &Bytes,
+    ranges: &[std::ops::Range<usize>],
+    compression: CompressionType,
+    max_message_bytes: usize,
+) -> Result<(Bytes, Vec<std::ops::Range<usize>>), ProduceResult> {
+    let mut out = BytesMut::with_capacity(records.len());
+    let mut out_ranges = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Some(batch) = records.get(range.clone()) else {
+            continue;
+        };
+        let header = BatchHeader::parse(batch)
+            .map_err(|e| ProduceResult::error(ErrorCode::CorruptMessage, Some(e.to_string())))?;
+        let start = out.len();
+        match compression.rewrite(header.compression()) {
+            Some(codec) if !header.is_control() => {
+                let rewritten =
+                    recompress(batch, codec, RECORDS_DECOMPRESSED_BYTES_MAX).map_err(|e| {
+                        let code = match e {
+                            RecordsError::TooLarge { .. } => ErrorCode::MessageTooLarge,
+                            RecordsError::Compress { .. } => ErrorCode::UnknownServerError,
+                            _ => ErrorCode::CorruptMessage,
+                        };
+                        ProduceResult::error(code, Some(e.to_string()))
+                    })?;
+                if rewritten.len() > max_message_bytes {
+                    return Err(ProduceResult::error(
+                        ErrorCode::MessageTooLarge,
+                        Some(format!(
+                            "batch of {} bytes after recompression exceeds max.message.bytes \
+                             {max_message_bytes}",
+                            rewritten.len()
+                        )),
+                    ));
+                }
+                out.extend_from_slice(&rewritten);
+            }
+            _ => out.extend_from_slice(batch),
+        }
+        out_ranges.push(start..out.len());
+    }
+    Ok((out.freeze(), out_ranges))
 }
 
 /// Completes a `Staged::Waiting` by waiting (until `deadline`) for room in the log's staging

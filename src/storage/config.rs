@@ -19,6 +19,43 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
+/// compression.type: the codec a leader stores produced batches in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompressionType {
+    /// `producer`: every batch is kept in the codec it was sent with.
+    #[default]
+    Producer,
+    /// `uncompressed` (codec 0) or a codec name: a batch in another codec is rewritten.
+    Codec(i16),
+}
+
+impl CompressionType {
+    /// Parses Kafka's topic-level value (`producer`, `uncompressed`, `gzip`, `snappy`,
+    /// `lz4`, `zstd`).
+    pub fn parse(name: &str) -> Option<Self> {
+        use crate::protocol::record_batch::{
+            CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD,
+        };
+        Some(match name {
+            "producer" => Self::Producer,
+            "uncompressed" => Self::Codec(CODEC_NONE),
+            "gzip" => Self::Codec(CODEC_GZIP),
+            "snappy" => Self::Codec(CODEC_SNAPPY),
+            "lz4" => Self::Codec(CODEC_LZ4),
+            "zstd" => Self::Codec(CODEC_ZSTD),
+            _ => return None,
+        })
+    }
+
+    /// The codec a batch sent in `sent` must be rewritten in, or `None` to keep it as sent.
+    pub fn rewrite(self, sent: i16) -> Option<i16> {
+        match self {
+            Self::Codec(wanted) if wanted != sent => Some(wanted),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
     /// segment.bytes
@@ -41,6 +78,8 @@ pub struct LogConfig {
     pub preallocate_bytes: u64,
     /// Recent batches kept in memory per partition for fetches.
     pub tail_cache_bytes: usize,
+    /// compression.type
+    pub compression: CompressionType,
 }
 
 impl Default for LogConfig {
@@ -57,6 +96,7 @@ impl Default for LogConfig {
             message_timestamp_type: TimestampType::CreateTime,
             preallocate_bytes: 64 << 20,
             tail_cache_bytes: 32 << 20,
+            compression: CompressionType::Producer,
         }
     }
 }
