@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import kproto
@@ -158,3 +159,35 @@ class Broker:
         except OSError:
             return "(no broker log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+@contextmanager
+def loop_mounted_ext4(tmp_path: Path, size_bytes: int, tools: tuple[str, ...] = ()):
+    """Yields (image, mount point) of a fresh ext4 image of `size_bytes` loop-mounted under
+    tmp_path; skips the test without root, loop devices or the named tools. Used by the
+    power-loss and full-disk tests, which need a filesystem of their own to break or fill."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount)")
+    for tool in ("mkfs.ext4", "mount", "umount", *tools):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (apt-get install e2fsprogs xfsprogs)")
+    if not Path("/dev/loop-control").exists():
+        pytest.skip("no loop devices (/dev/loop-control missing)")
+    img, mnt = tmp_path / "disk.img", tmp_path / "mnt"
+    mnt.mkdir()
+    for cmd in (["truncate", "-s", str(size_bytes), str(img)], ["mkfs.ext4", "-q", "-F", str(img)]):
+        r = subprocess.run(cmd, capture_output=True, timeout=120)
+        assert r.returncode == 0, f"{cmd}: {r.stderr.decode(errors='replace')}"
+    r = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, timeout=60)
+    if r.returncode != 0:
+        pytest.skip(f"cannot loop-mount here: {r.stderr.decode(errors='replace').strip()}")
+    try:
+        yield img, mnt
+    finally:
+        # A broker just killed may still hold files for a moment: fall back to a lazy
+        # unmount so no loop mount outlives the test (tmp_path cleanup cannot remove it).
+        r = subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60)
+        if r.returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 
 from common import create_topic, read_all
-from harness import Broker, strata_bin
+from harness import Broker, loop_mounted_ext4, strata_bin
 
 FS_BYTES = 300 * 1024 * 1024
 VALUE = b"x" * (64 * 1024)
@@ -26,27 +23,9 @@ def run(*cmd: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def small_ext4(tmp_path):
-    """A fresh 300 MB ext4 image loop-mounted at tmp_path/mnt; skipped without root/loop support."""
-    if os.geteuid() != 0:
-        pytest.skip("disk-full test needs root (mount)")
-    for tool in ("mkfs.ext4", "mount", "umount"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (apt-get install e2fsprogs)")
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("no loop devices (/dev/loop-control missing)")
-    img, mnt = tmp_path / "disk.img", tmp_path / "mnt"
-    mnt.mkdir()
-    run("truncate", "-s", str(FS_BYTES), str(img))
-    run("mkfs.ext4", "-q", "-F", str(img))
-    r = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, timeout=60)
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount here: {r.stderr.decode(errors='replace').strip()}")
-    try:
+    """A fresh 300 MB ext4 loop-mounted at tmp_path/mnt."""
+    with loop_mounted_ext4(tmp_path, FS_BYTES) as (img, mnt):
         yield mnt
-    finally:
-        r = subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
 
 
 def produce_until_refused(bootstrap: str, topic: str, limit_s: float = 240) -> tuple[int, list]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import pytest
 
 from common import create_topic
 from durability import AckLog, assert_acked_survived, produce_after_restart, produce_until
-from harness import Broker
+from harness import Broker, loop_mounted_ext4
 
 PARTITIONS = 3
 
@@ -27,29 +25,9 @@ def mount_image(img: Path, mnt: Path) -> None:
 
 @pytest.fixture
 def ext4_mount(tmp_path):
-    """A fresh 1 GiB ext4 image loop-mounted at tmp_path/mnt; skipped without root/loop support."""
-    if os.geteuid() != 0:
-        pytest.skip("power-loss test needs root (mount, xfs_io shutdown)")
-    for tool in ("mkfs.ext4", "mount", "umount", "xfs_io"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (apt-get install e2fsprogs xfsprogs)")
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("no loop devices (/dev/loop-control missing)")
-    img, mnt = tmp_path / "disk.img", tmp_path / "mnt"
-    mnt.mkdir()
-    run("truncate", "-s", "1G", str(img))
-    run("mkfs.ext4", "-q", "-F", str(img))
-    r = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, timeout=60)
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount here: {r.stderr.decode(errors='replace').strip()}")
-    try:
+    """A fresh 1 GiB ext4 loop-mounted at tmp_path/mnt."""
+    with loop_mounted_ext4(tmp_path, 1 << 30, tools=("xfs_io",)) as (img, mnt):
         yield img, mnt
-    finally:
-        # A broker just killed may still hold files for a moment: fall back to a lazy
-        # unmount so no loop mount outlives the test (tmp_path cleanup cannot remove it).
-        r = subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
 
 
 def test_power_cut_keeps_every_acked_record(ext4_mount, tmp_path):
