@@ -143,6 +143,8 @@ fn split_line(line: &[u8], separator: Option<&[u8]>) -> (Option<Bytes>, Bytes) {
 pub(super) fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut client = args.connect.connect()?;
+    // Like Kafka's console producer: a missing topic is created when the broker allows it.
+    client.set_auto_create_topics(true);
     let info = client.topic(&args.topic)?;
     let partition_count = i32::try_from(info.partitions.len()).context("too many partitions")?;
     if partition_count == 0 {

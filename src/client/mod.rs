@@ -159,6 +159,9 @@ pub struct Client {
     controller_id: i32,
     connections: HashMap<i32, Connection>,
     topics: HashMap<String, TopicInfo>,
+    /// Whether metadata requests ask the broker to create missing topics (Kafka's producers
+    /// do; admin and consumer commands must not create what they only look at).
+    auto_create_topics: bool,
 }
 
 impl Client {
@@ -175,6 +178,7 @@ impl Client {
                         controller_id: -1,
                         connections: HashMap::new(),
                         topics: HashMap::new(),
+                        auto_create_topics: false,
                     })
                 }
                 Err(e) => last_err = Some(e),
@@ -183,6 +187,12 @@ impl Client {
         Err(last_err.unwrap_or(ClientError::InvalidBootstrap {
             addr: String::new(),
         }))
+    }
+
+    /// Asks the broker to create missing topics on metadata lookups, as a Kafka producer does
+    /// (the broker decides, by its `auto.create.topics.enable`).
+    pub fn set_auto_create_topics(&mut self, on: bool) {
+        self.auto_create_topics = on;
     }
 
     /// Shorthand: parse `HOST:PORT[,...]` and connect.
@@ -205,7 +215,7 @@ impl Client {
                     })
                     .collect()
             }))
-            .with_allow_auto_topic_creation(false);
+            .with_allow_auto_topic_creation(self.auto_create_topics);
         let response = self.bootstrap.send(&request, version)?;
         let metadata = convert_metadata(response);
         self.brokers = metadata.brokers.clone();
