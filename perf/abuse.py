@@ -195,20 +195,18 @@ class Slowloris:
                 if s is None:
                     self.socks[i] = self.open()
                     continue
+                # Peek for the broker's close, then trickle one more byte; either failing
+                # means the broker closed this connection, which is replaced.
                 try:
-                    if s.recv(1, socket.MSG_PEEK) == b"":
-                        raise ConnectionResetError
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    self.closed_by_broker += 1
-                    s.close()
-                    self.socks[i] = self.open()
-                    continue
-                try:
-                    s.send(b"\x00")
-                except BlockingIOError:
-                    pass
+                    try:
+                        if s.recv(1, socket.MSG_PEEK) == b"":
+                            raise ConnectionResetError
+                    except BlockingIOError:
+                        pass
+                    try:
+                        s.send(b"\x00")
+                    except BlockingIOError:
+                        pass
                 except OSError:
                     self.closed_by_broker += 1
                     s.close()

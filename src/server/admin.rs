@@ -160,23 +160,33 @@ pub async fn create_topic(
             configs,
         })
     } else {
-        ctx.shared
-            .catalog
-            .load()
-            .topic(name)
-            .cloned()
-            .ok_or_else(|| {
-                AdminError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("topic `{name}` was deleted as it was created"),
-                )
-            })?
+        current_topic(ctx, name, "was deleted as it was created")?
     };
     Ok(CreatedTopic {
         meta,
         num_partitions: result.num_partitions,
         replication_factor: result.replication_factor,
     })
+}
+
+/// The topic as the latest metadata image has it, or UNKNOWN_TOPIC_OR_PARTITION saying
+/// `topic `name` <why_missing>`.
+fn current_topic(
+    ctx: &Rc<ShardCtx>,
+    name: &str,
+    why_missing: &str,
+) -> Result<Arc<TopicMeta>, AdminError> {
+    ctx.shared
+        .catalog
+        .load()
+        .topic(name)
+        .cloned()
+        .ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic `{name}` {why_missing}"),
+            )
+        })
 }
 
 /// Deletes a topic through the controller; replicas are dropped as brokers apply it.
@@ -188,18 +198,7 @@ pub async fn delete_topic(ctx: &Rc<ShardCtx>, name: &str) -> Result<Arc<TopicMet
             format!("internal topic `{name}` cannot be deleted"),
         ));
     }
-    let meta = ctx
-        .shared
-        .catalog
-        .load()
-        .topic(name)
-        .cloned()
-        .ok_or_else(|| {
-            AdminError::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic `{name}` does not exist"),
-            )
-        })?;
+    let meta = current_topic(ctx, name, "does not exist")?;
     let req = ControllerRequest::DeleteTopics {
         names: vec![name.to_string()],
     };
