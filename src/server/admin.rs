@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::cluster::catalog::TopicMeta;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse, CreatableTopic, Status};
 use crate::config::{log_config_from, TOPIC_CONFIG_KEYS};
-use crate::limits::{TOPIC_NAME_LEN_MAX, TOPIC_PARTITIONS_MAX};
+use crate::limits::TOPIC_PARTITIONS_MAX;
 use crate::protocol::error::ErrorCode;
 use crate::shard::ShardCtx;
 
@@ -29,30 +29,10 @@ impl AdminError {
     }
 }
 
-/// Kafka's topic name rule: 1..=249 of `[a-zA-Z0-9._-]`, and not `.` or `..`.
+/// Kafka's topic name rule (`cluster::controller::validate_topic_name`), as an admin error.
 pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
-    let bad = |why: &str| {
-        Err(AdminError::new(
-            ErrorCode::InvalidTopicException,
-            format!("topic name `{name}` {why}"),
-        ))
-    };
-    if name.is_empty() {
-        return bad("is empty");
-    }
-    if name.len() > TOPIC_NAME_LEN_MAX {
-        return bad("is longer than 249 characters");
-    }
-    if name == "." || name == ".." {
-        return bad("is not allowed");
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
-        return bad("contains characters other than ASCII alphanumerics, '.', '_' and '-'");
-    }
-    Ok(())
+    crate::cluster::controller::validate_topic_name(name)
+        .map_err(|e| AdminError::new(ErrorCode::InvalidTopicException, e.to_string()))
 }
 
 /// Checks topic-level overrides: known keys only, values that parse.
