@@ -9,7 +9,7 @@ use futures::future::LocalBoxFuture;
 
 use super::{now_ms, ShardCtx};
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
-use crate::protocol::error::{from_append, from_storage, ErrorCode};
+use crate::protocol::error::ErrorCode;
 use crate::protocol::record_batch::{recompress, BatchError, BatchHeader, BatchIter, RecordsError};
 use crate::storage::{AppendError, CompressionType, LogConfig, Partition};
 
@@ -388,7 +388,7 @@ fn start_produce(
                                 result
                             }
                         }
-                        Some(Err(e)) => ProduceResult::error(from_storage(&e), Some(e.to_string())),
+                        Some(Err(e)) => ProduceResult::error(e.error_code(), Some(e.to_string())),
                         None => ProduceResult::error(ErrorCode::RequestTimedOut, None),
                     });
                 }
@@ -558,7 +558,7 @@ async fn finish_waiting(mut staged: Staged, deadline: Instant) -> Staged {
         staged = match waited {
             Some(Ok(())) => appending.advance(now_ms()),
             Some(Err(e)) => {
-                Staged::Failed(ProduceResult::error(from_storage(&e), Some(e.to_string())))
+                Staged::Failed(ProduceResult::error(e.error_code(), Some(e.to_string())))
             }
             None => Staged::Failed(ProduceResult::error(ErrorCode::RequestTimedOut, None)),
         };
@@ -604,7 +604,7 @@ impl Appending {
                 Err(AppendError::Backpressure { .. }) => return Staged::Waiting(self),
                 Err(e) => {
                     return Staged::Failed(ProduceResult::error(
-                        from_append(&e),
+                        e.error_code(),
                         Some(e.to_string()),
                     ))
                 }
@@ -637,7 +637,7 @@ async fn owned_partition(
     match ctx.partition(&tp.topic, tp.partition).await {
         Ok(Some(p)) => Ok(p),
         Ok(None) => Err(ErrorCode::UnknownTopicOrPartition),
-        Err(e) => Err(from_storage(&e)),
+        Err(e) => Err(e.error_code()),
     }
 }
 
@@ -701,7 +701,7 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
                 if !matches!(e, crate::storage::Error::OffsetOutOfRange { .. }) {
                     tracing::warn!(topic = %part.tp.topic, partition = part.tp.partition, offset = part.offset, "read failed: {e}");
                 }
-                from_storage(&e)
+                e.error_code()
             }),
             high_watermark: p.high_watermark(),
             log_start_offset: p.log_start_offset(),
@@ -771,7 +771,7 @@ async fn timestamp_lookup(p: &Partition, ts: i64) -> OffsetResult {
         Ok(Some(found)) => OffsetResult::ok(found.timestamp, found.offset)
             .with_leader_epoch(Some(found.leader_epoch)),
         Ok(None) => OffsetResult::ok(-1, -1),
-        Err(e) => OffsetResult::failed(from_storage(&e)),
+        Err(e) => OffsetResult::failed(e.error_code()),
     }
 }
 
@@ -792,6 +792,6 @@ async fn delete_records(ctx: &Rc<ShardCtx>, tp: &TopicPartition, offset: i64) ->
     }
     match p.delete_records(target).await {
         Ok(low) => OffsetResult::ok(-1, low),
-        Err(e) => err(from_storage(&e)),
+        Err(e) => err(e.error_code()),
     }
 }

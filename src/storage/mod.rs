@@ -60,6 +60,7 @@ pub use partition::{
 };
 pub use space::DiskSpace;
 
+use crate::protocol::error::ErrorCode;
 use crate::protocol::record_batch::BatchError;
 
 /// Bytes staged in memory but not yet written, per partition. Past this, appends are refused
@@ -189,7 +190,7 @@ impl Error {
     }
 }
 
-/// Why one append was refused. Each maps to one Kafka error code in the server.
+/// Why one append was refused. Each maps to one Kafka error code (`error_code`).
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum AppendError {
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
@@ -220,14 +221,12 @@ pub enum AppendError {
 }
 
 impl Error {
-    /// The Kafka error code a response should carry for this failure.
-    pub fn kafka_error_code(&self) -> i16 {
+    /// The Kafka error a client should see for this failure: the one place a storage error
+    /// becomes a wire code (storage sits above the codecs, which know no files).
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Error::OffsetOutOfRange { .. } => 1,    // OFFSET_OUT_OF_RANGE
-            Error::Closed | Error::Truncating => 6, // NOT_LEADER_OR_FOLLOWER: client refreshes
-            Error::InvalidConfig(_) => 40,          // INVALID_CONFIG
-            Error::EpochRegression { .. } => 6,     // NOT_LEADER_OR_FOLLOWER
-            Error::Io { .. } | Error::Corruption { .. } => 56, // KAFKA_STORAGE_ERROR
+            Error::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            _ => ErrorCode::KafkaStorageError,
         }
     }
 }
@@ -257,32 +256,18 @@ pub enum ReplicaAppendError {
     Storage(#[from] Error),
 }
 
-impl ReplicaAppendError {
-    /// The Kafka error code a replica fetcher would log or act on for this rejection.
-    pub fn kafka_error_code(&self) -> i16 {
-        match self {
-            ReplicaAppendError::OffsetMismatch { .. } => 1, // OFFSET_OUT_OF_RANGE
-            ReplicaAppendError::CorruptMessage(_) => 2,     // CORRUPT_MESSAGE
-            ReplicaAppendError::BadLeaderEpoch { .. } => 2, // CORRUPT_MESSAGE
-            ReplicaAppendError::Backpressure { .. } => 7,   // REQUEST_TIMED_OUT
-            ReplicaAppendError::Storage(e) => e.kafka_error_code(),
-        }
-    }
-}
-
 impl AppendError {
-    /// The Kafka error code a Produce response should carry for this rejection.
-    pub fn kafka_error_code(&self) -> i16 {
+    /// The Kafka error a producer should see for this rejection.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            AppendError::CorruptMessage(_) => 2,          // CORRUPT_MESSAGE
-            AppendError::MessageTooLarge { .. } => 10,    // MESSAGE_TOO_LARGE
-            AppendError::OutOfOrderSequence { .. } => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
-            AppendError::InvalidProducerEpoch { .. } => 47, // INVALID_PRODUCER_EPOCH
-            AppendError::UnknownProducerId { .. } => 59,  // UNKNOWN_PRODUCER_ID
-            // Nothing was appended; a retriable code lets the producer resend the same
-            // sequence once the disk catches up.
-            AppendError::Backpressure { .. } => 7, // REQUEST_TIMED_OUT
-            AppendError::Storage(e) => e.kafka_error_code(),
+            AppendError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
+            AppendError::CorruptMessage(_) => ErrorCode::CorruptMessage,
+            AppendError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
+            // The disk is behind: a retriable error makes the producer back off and resend.
+            AppendError::Backpressure { .. } => ErrorCode::RequestTimedOut,
+            AppendError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
+            AppendError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            AppendError::Storage(s) => s.error_code(),
         }
     }
 }
