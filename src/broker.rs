@@ -1,5 +1,9 @@
-//! Starting and stopping the shards: one pinned glommio executor per shard, the mesh
-//! between them, each shard's listener, background jobs and graceful shutdown.
+//! A running broker, composed from the layers below it: the metadata quorum (`cluster`),
+//! one pinned glommio executor per shard with the mesh between them (`shard`), and each
+//! shard's Kafka listener (`server`); then background jobs and graceful shutdown.
+//!
+//! This is the top of the layering (only `main` sits above it), which is why it may start
+//! both the shards and the server that runs on them.
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,12 +12,13 @@ use glommio::{LocalExecutorBuilder, Placement};
 use thiserror::Error;
 use tracing::{error, info, warn};
 
-use super::mesh::{self, Builder, Mesh};
-use super::{now_ms, ShardCtx, Shared};
 use crate::cluster::catalog::CatalogStore;
 use crate::cluster::quorum::Quorum;
 use crate::config::Config;
 use crate::limits::{MESH_CHANNEL_CAPACITY, SHUTDOWN_DRAIN_MS_MAX};
+use crate::server::admission::Admission;
+use crate::shard::mesh::{self, Builder, Mesh};
+use crate::shard::{now_ms, ShardCtx, Shared};
 
 #[derive(Debug, Error)]
 pub enum StartError {
@@ -113,19 +118,19 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     )?;
     let single_node = config.voters().map(|v| v.len() <= 1).unwrap_or(false);
     if single_node {
-        if let Err(e) = super::groups::ensure_offsets_topic_at_start(&quorum, &catalog, &config) {
+        if let Err(e) =
+            crate::shard::groups::ensure_offsets_topic_at_start(&quorum, &catalog, &config)
+        {
             warn!("cannot create __consumer_offsets yet ({e:?}); the first FindCoordinator will");
         }
     }
     let max_connections = connections_within_open_files_limit(config.max_connections);
-    let admission =
-        crate::server::admission::Admission::new(max_connections, config.max_connections_per_ip);
+    let admission = Admission::new(max_connections, config.max_connections_per_ip);
     let disk = Arc::new(crate::storage::DiskSpace::new(
         &config.data_dir,
         config.storage_min_free_bytes,
     ));
     let shared = Arc::new(Shared {
-        admission,
         config,
         nr_shards,
         catalog,
@@ -139,15 +144,16 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     let (ready_tx, ready_rx) = flume::bounded::<Result<(), String>>(nr_shards);
     for shard in 0..nr_shards {
         let shared = shared.clone();
+        let admission = admission.clone();
         let builder = builder.clone();
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);
         let ready_tx = ready_tx.clone();
         stops.push(stop_tx);
         let handle = LocalExecutorBuilder::new(Placement::Fixed(shard % cpus))
             .name(&format!("strata-shard-{shard}"))
-            .spawn(
-                move || async move { shard_main(shard, shared, builder, stop_rx, ready_tx).await },
-            )
+            .spawn(move || async move {
+                shard_main(shard, shared, admission, builder, stop_rx, ready_tx).await
+            })
             .map_err(|e| StartError::Executor {
                 shard,
                 message: e.to_string(),
@@ -185,6 +191,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
 async fn shard_main(
     shard: usize,
     shared: Arc<Shared>,
+    admission: Arc<Admission>,
     builder: Builder,
     stop_rx: flume::Receiver<()>,
     ready_tx: flume::Sender<Result<(), String>>,
@@ -201,8 +208,8 @@ async fn shard_main(
 
     // Open (recovering) every replica placed on this shard and take the roles the metadata
     // gives it before accepting connections.
-    super::replica::apply_metadata(&ctx).await;
-    super::groups::wait_loaded(&ctx, Duration::from_secs(GROUP_LOAD_WAIT_SECS)).await;
+    crate::shard::replica::apply_metadata(&ctx).await;
+    crate::shard::groups::wait_loaded(&ctx, Duration::from_secs(GROUP_LOAD_WAIT_SECS)).await;
 
     let listener = match glommio::net::TcpListener::bind(shared.config.listen.as_str()) {
         Ok(l) => l,
@@ -221,9 +228,10 @@ async fn shard_main(
     // One shard measures the free disk space for all.
     let disk_poll =
         (shard == 0).then(|| glommio::spawn_local(housekeeping_loop(ctx.clone())).detach());
-    let group_ticker = glommio::spawn_local(super::groups::ticker(ctx.clone())).detach();
-    let metadata = glommio::spawn_local(super::replica::metadata_loop(ctx.clone())).detach();
-    let acceptor = glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener)).detach();
+    let group_ticker = glommio::spawn_local(crate::shard::groups::ticker(ctx.clone())).detach();
+    let metadata = glommio::spawn_local(crate::shard::replica::metadata_loop(ctx.clone())).detach();
+    let acceptor =
+        glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener, admission)).detach();
 
     // Wait for the stop signal from the main thread.
     let _ = stop_rx.recv_async().await;

@@ -13,6 +13,7 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod broker;
 pub mod cli;
 pub mod client;
 pub mod cluster;

@@ -123,7 +123,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         signal_hook::consts::SIGINT,
     ])
     .context("installing signal handlers")?;
-    let broker = strata::shard::runtime::start(config).context("starting the broker")?;
+    let broker = strata::broker::start(config).context("starting the broker")?;
     tracing::info!(%listen, data_dir = %data_dir.display(), "strata is serving");
     if let Some(signal) = signals.forever().next() {
         tracing::info!(signal, "stopping");

@@ -9,6 +9,7 @@ pub mod route;
 pub mod vectored;
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
@@ -20,7 +21,14 @@ use crate::shard::ShardCtx;
 /// SO_REUSEPORT; the kernel spreads connections between them). A connection past
 /// `max_connections` or `max_connections_per_ip` is accepted and closed at once — the client
 /// sees a clean close rather than a SYN left unanswered — and logged, rate-limited.
-pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: glommio::net::TcpListener) {
+///
+/// `admission` counts client connections broker-wide (max_connections,
+/// max_connections_per_ip); every shard's loop shares it.
+pub async fn accept_loop(
+    ctx: Rc<ShardCtx>,
+    listener: glommio::net::TcpListener,
+    admission: Arc<admission::Admission>,
+) {
     let mut refusals = RefusalLog::default();
     loop {
         match listener.accept().await {
@@ -30,7 +38,7 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: glommio::net::TcpListener)
                     // The peer is already gone.
                     Err(_) => continue,
                 };
-                let slot = match ctx.shared.admission.admit(ip) {
+                let slot = match admission.admit(ip) {
                     Ok(slot) => slot,
                     Err(refusal) => {
                         drop(stream);

@@ -12,7 +12,6 @@ pub mod mesh;
 pub mod ops;
 pub mod peer;
 pub mod replica;
-pub mod runtime;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -32,8 +31,6 @@ pub struct Shared {
     pub catalog: Arc<CatalogStore>,
     /// The way to the active controller (and this node's registration).
     pub quorum: Arc<crate::cluster::quorum::Quorum>,
-    /// Client connections admitted, broker-wide (max_connections, max_connections_per_ip).
-    pub admission: Arc<crate::server::admission::Admission>,
     /// Free space of the data directory and the reserve under which produce is refused.
     pub disk: Arc<crate::storage::DiskSpace>,
 }
