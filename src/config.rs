@@ -61,8 +61,9 @@ pub struct Config {
     /// Requests in flight per connection before the broker stops reading from it.
     pub connection_requests_in_flight_max: usize,
     /// Kafka's queued.max.request.bytes, per shard: bytes of requests being read or waiting
-    /// for their response to be written. A connection that would go past it is not read
-    /// until bytes are freed. At least `socket_request_max_bytes`, so any valid request fits.
+    /// for their response to be written, a class of the shard's memory budget capped by this
+    /// (and by half the budget). A connection that would go past it is not read until bytes
+    /// are freed. At least `socket_request_max_bytes`.
     pub queued_max_request_bytes: usize,
     /// Kafka's connections.max.idle.ms: a connection with no request in progress and nothing
     /// in flight for this long is closed.

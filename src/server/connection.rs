@@ -9,9 +9,13 @@
 //!
 //! Memory and time are bounded per request, as Kafka bounds them:
 //! - A frame's buffer grows as its bytes arrive (never to the size the header claims), and
-//!   those bytes are taken from the shard's request budget (`queued_max_request_bytes`)
-//!   before they are read. When the budget is spent the reader waits — its socket is not
-//!   read — until responses are written and their requests' bytes given back.
+//!   those bytes are charged to the shard's memory budget (class `Requests`, capped by
+//!   `queued_max_request_bytes`) before they are read. When the budget is spent the reader
+//!   waits — its socket is not read — until responses are written and their requests' bytes
+//!   given back, or caches evicted.
+//! - A response, once built, is charged to the same budget (class `Responses`) until it is
+//!   written: fetch data waiting for a slow reader counts, and slows the reading of new
+//!   requests shard-wide when the budget is spent.
 //! - A request whose first byte came `request_timeout_ms` ago and that is still incomplete
 //!   (a slowloris sender, or one stuck waiting for budget) closes the connection, freeing its
 //!   bytes. A connection with nothing read and nothing in flight for
@@ -35,8 +39,8 @@ use crate::limits::{
     CONNECTION_READ_CHUNK_MAX, CONNECTION_READ_CHUNK_MIN, CONNECTION_READ_HEADER_BYTES,
 };
 use crate::protocol::frame::{check_size, FrameError};
-use crate::shard::budget::Reservation;
 use crate::shard::ShardCtx;
+use crate::storage::{Charge, MemoryClass};
 
 #[derive(Debug, Error)]
 pub enum ConnectionError {
@@ -60,7 +64,7 @@ pub enum ConnectionError {
 
 /// A request handed to the writer: its response, and the request bytes it holds in the
 /// shard's budget until that response is written.
-type Queued = (PendingResponse, Reservation);
+type Queued = (PendingResponse, Charge);
 
 /// What the reader and the writer of one connection share: requests queued but not yet
 /// answered, and when the connection last did anything (for the idle timeout).
@@ -99,6 +103,9 @@ pub async fn serve(
         while let Some((pending, request_bytes)) = rx.recv().await {
             match pending.await {
                 Ok(Some(chunks)) => {
+                    // Already held: counted (not waited for) until written.
+                    let len = chunks.iter().map(|c| c.len()).sum();
+                    let _response = ctx.budget.charge_forced(MemoryClass::Responses, len);
                     super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
                 }
                 Ok(None) => {}
@@ -168,7 +175,7 @@ async fn read_frame<R: futures::AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     activity: &Activity,
-) -> Result<(Bytes, Reservation), ConnectionError> {
+) -> Result<(Bytes, Charge), ConnectionError> {
     if buf.is_empty() {
         wait_for_request(ctx, reader, buf, activity).await?;
     }
@@ -236,7 +243,7 @@ async fn read_rest_of_frame<R: futures::AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     progress: &Cell<(usize, usize)>,
-) -> Result<(Bytes, Reservation), ConnectionError> {
+) -> Result<(Bytes, Charge), ConnectionError> {
     while buf.len() < 4 {
         read_some(reader, buf, CONNECTION_READ_HEADER_BYTES - buf.len()).await?;
     }
@@ -247,7 +254,10 @@ async fn read_rest_of_frame<R: futures::AsyncRead + Unpin>(
         .ok_or(ConnectionError::Closed)?;
     let size = check_size(i32::from_be_bytes(prefix), max)?;
     // The bytes of this frame already read came with the size prefix; count them first.
-    let mut held = ctx.request_budget.acquire((buf.len() - 4).min(size)).await;
+    let mut held = ctx
+        .budget
+        .acquire(MemoryClass::Requests, (buf.len() - 4).min(size))
+        .await;
     while buf.len() < 4 + size {
         let received = buf.len() - 4;
         progress.set((received, size));

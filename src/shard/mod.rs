@@ -6,7 +6,6 @@
 //! Work for a partition that another shard owns crosses the channel mesh (`mesh`). The
 //! invariant the asserts protect: a shard only ever opens and serves partitions the catalog
 //! places on it.
-pub mod budget;
 pub mod groups;
 pub mod mesh;
 pub mod ops;
@@ -87,15 +86,13 @@ pub struct ShardCtx {
     pub shutdown_notify: crate::storage::notify::Notify,
     pub connections: Cell<usize>,
     pub connections_changed: crate::storage::notify::Notify,
-    /// Bytes of client requests being read or waiting for their response to be written
-    /// (`queued_max_request_bytes`).
-    pub request_budget: Rc<budget::ByteBudget>,
     /// The consumer-group coordinator for the `__consumer_offsets` partitions placed here.
     pub groups: groups::GroupShard,
     /// Leader and follower state of this shard's replicas, and its replica fetchers.
     pub replicas: replica::Replicas,
     /// This shard's share of `memory_limit_bytes`: every partition's in-memory batches are
-    /// charged to it (and request bytes, by the connections).
+    /// charged to it, and the connections' request bytes (capped by
+    /// `queued_max_request_bytes`) and responses waiting to be written.
     pub budget: Rc<MemoryBudget>,
 }
 
@@ -111,10 +108,17 @@ impl ShardCtx {
             shutdown_notify: crate::storage::notify::Notify::default(),
             connections: Cell::new(0),
             connections_changed: crate::storage::notify::Notify::default(),
-            request_budget: budget::ByteBudget::new(shared.config.queued_max_request_bytes),
             groups: groups::GroupShard::new(shared.config.group_config()),
             replicas: replica::Replicas::default(),
-            budget: MemoryBudget::new(shared.config.shard_memory_limit_bytes(shared.nr_shards)),
+            budget: {
+                let budget =
+                    MemoryBudget::new(shared.config.shard_memory_limit_bytes(shared.nr_shards));
+                budget.set_class_cap(
+                    crate::storage::MemoryClass::Requests,
+                    shared.config.queued_max_request_bytes,
+                );
+                budget
+            },
         }
     }
 

@@ -1,7 +1,8 @@
 //! One memory budget per shard: every large buffer a shard holds on behalf of clients —
 //! tail caches, staged (not yet written) batches, follower fetch data, requests being read
-//! or queued — is charged against it, so the process stays bounded whatever the partition
-//! or connection count.
+//! or queued (`queued_max_request_bytes` is the `Requests` class's own cap inside it), and
+//! responses built but not yet written to their socket — is charged against it, so the
+//! process stays bounded whatever the partition or connection count.
 //!
 //! A `Charge` is RAII: it is taken when the memory is allocated (or pinned) and released
 //! when the holder drops it. Taking one never blocks and never fails silently:
@@ -9,15 +10,23 @@
 //! - `charge_evicting` first asks the registered caches (`Evictable`) to drop written data
 //!   they keep only to serve reads faster, then takes the bytes if they now fit;
 //! - `charge_forced` takes them regardless, for memory that is already held and must be
-//!   counted (a caller that can wait uses `room` instead).
+//!   counted (a caller that can wait uses `room` instead);
+//! - `acquire` / `Charge::grow` wait until the bytes fit (evicting caches first): a
+//!   connection reading a request waits there, its socket unread, which is how a client over
+//!   the budget is slowed instead of the broker growing. A class cap (`set_class_cap`)
+//!   bounds a class below the limit; a single charge is clamped to its class cap, so an ask
+//!   larger than could ever be free does not wait forever (the rest is read uncounted,
+//!   bounded by `socket_request_max_bytes` for one request at a time).
 //!
 //! Writers that find no room wait on `room()` (the budget notifies on every release), so
 //! reaching the budget evicts caches first, then slows writers; it never grows the process.
 //!
-//! Deadlock rule for other users (e.g. request bytes in `server/connection.rs`): a class
-//! that can hold bytes while it waits for storage must cap itself below the whole limit
-//! (`limit() / 2` is the convention), so appends always find room once flushers and
-//! evictions release theirs.
+//! Deadlock rule: a class that can hold bytes while it waits for storage (requests: a
+//! produce holds its request while its append waits) is capped below the whole limit
+//! (`limit() / 2`, see `set_class_cap`), so appends always find room once flushers and
+//! evictions release theirs. Waiters re-check after every release and are not served in
+//! strict FIFO order; callers ask in small steps (a connection grows its charge one read at a
+//! time), so a small ask is not starved for long by a large one.
 //!
 //! Writes: a flush copies staged batches into an aligned DMA buffer for the duration of the
 //! write. Those buffers come out of a write pool reserved from the budget up front
@@ -38,17 +47,21 @@ pub enum MemoryClass {
     /// Batches a partition keeps in memory: appended ones (staged until written, then
     /// cached for tail reads) and replicated ones.
     Log,
-    /// Request bytes being read from sockets or queued for dispatch.
+    /// Request bytes being read from sockets or queued for dispatch, until their response
+    /// is written.
     Requests,
+    /// Responses built and waiting to be written to their socket (fetch data).
+    Responses,
 }
 
-const CLASSES: usize = 2;
+const CLASSES: usize = 3;
 
 impl MemoryClass {
     fn index(self) -> usize {
         match self {
             MemoryClass::Log => 0,
             MemoryClass::Requests => 1,
+            MemoryClass::Responses => 2,
         }
     }
 }
@@ -67,6 +80,8 @@ pub struct MemoryBudget {
     limit: usize,
     used: Cell<usize>,
     by_class: [Cell<usize>; CLASSES],
+    /// Most bytes each class may hold (`usize::MAX`: only the limit).
+    class_caps: [Cell<usize>; CLASSES],
     /// Bumped on every release: writers waiting for room re-check.
     released: Notify,
     evictables: RefCell<Vec<Weak<dyn Evictable>>>,
@@ -108,7 +123,12 @@ impl MemoryBudget {
             write_pool: Rc::new(glommio::sync::Semaphore::new(pool as u64)),
             limit: limit_bytes,
             used: Cell::new(0),
-            by_class: [Cell::new(0), Cell::new(0)],
+            by_class: [Cell::new(0), Cell::new(0), Cell::new(0)],
+            class_caps: [
+                Cell::new(usize::MAX),
+                Cell::new(usize::MAX),
+                Cell::new(usize::MAX),
+            ],
             released: Notify::default(),
             evictables: RefCell::new(Vec::new()),
             cursor: Cell::new(0),
@@ -136,6 +156,45 @@ impl MemoryBudget {
         self.limit
             .saturating_sub(self.write_pool_bytes)
             .saturating_sub(self.used.get())
+    }
+
+    /// Caps `class` at `cap` bytes, and at most half the limit (the deadlock rule).
+    pub fn set_class_cap(&self, class: MemoryClass, cap: usize) {
+        self.class_caps[class.index()].set(cap.min(self.limit / 2));
+    }
+
+    pub fn class_cap(&self, class: MemoryClass) -> usize {
+        self.class_caps[class.index()].get()
+    }
+
+    /// A charge of nothing, to `grow` later.
+    pub fn empty(self: &Rc<Self>, class: MemoryClass) -> Charge {
+        self.charge_forced(class, 0)
+    }
+
+    /// Takes `bytes` (clamped to the class cap), waiting until they fit.
+    pub async fn acquire(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> Charge {
+        let mut c = self.empty(class);
+        c.grow(bytes).await;
+        c
+    }
+
+    /// Takes `bytes` for `class` if the class cap allows and they fit, evicting caches.
+    fn take(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> bool {
+        if self.used_by(class).saturating_add(bytes) > self.class_cap(class) {
+            return false;
+        }
+        if !self.make_room(bytes) {
+            return false;
+        }
+        self.add(class, bytes);
+        true
+    }
+
+    fn add(&self, class: MemoryClass, bytes: usize) {
+        self.used.set(self.used.get().saturating_add(bytes));
+        let c = &self.by_class[class.index()];
+        c.set(c.get().saturating_add(bytes));
     }
 
     pub fn write_pool_bytes(&self) -> usize {
@@ -181,9 +240,7 @@ impl MemoryBudget {
 
     /// Takes `bytes` whether or not they fit (memory already held that must be counted).
     pub fn charge_forced(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> Charge {
-        self.used.set(self.used.get().saturating_add(bytes));
-        let c = &self.by_class[class.index()];
-        c.set(c.get().saturating_add(bytes));
+        self.add(class, bytes);
         Charge {
             budget: Rc::clone(self),
             class,
@@ -197,11 +254,19 @@ impl MemoryBudget {
     /// Must not be called while the caller holds a borrow an `Evictable` needs (a
     /// partition calls it before borrowing its own state).
     pub fn charge_evicting(self: &Rc<Self>, class: MemoryClass, bytes: usize) -> Option<Charge> {
-        if let Some(c) = self.try_charge(class, bytes) {
-            return Some(c);
+        if !self.make_room(bytes) {
+            return None;
+        }
+        Some(self.charge_forced(class, bytes))
+    }
+
+    /// Whether `bytes` fit, after asking the registered caches to give memory back if not.
+    fn make_room(&self, bytes: usize) -> bool {
+        if bytes <= self.available() {
+            return true;
         }
         if !self.maybe_evictable.get() {
-            return None;
+            return false;
         }
         // Free a little more than asked, so a stream of appends at the limit does not run
         // an eviction round for every batch.
@@ -233,7 +298,7 @@ impl MemoryBudget {
         if need > 0 {
             self.maybe_evictable.set(false);
         }
-        self.try_charge(class, bytes)
+        bytes <= self.available()
     }
 
     /// A log wrote data it keeps cached: the next eviction round may find something.
@@ -281,6 +346,44 @@ pub struct Charge {
 impl Charge {
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Takes `more` bytes, waiting until they fit. The total held is clamped to the class
+    /// cap, so a caller never waits for more than could ever be free.
+    pub async fn grow(&mut self, more: usize) {
+        let budget = Rc::clone(&self.budget);
+        let more = more.min(budget.class_cap(self.class).saturating_sub(self.bytes));
+        loop {
+            // Listen before checking, so a release between the check and the await wakes us.
+            let room = budget.room();
+            if self.try_grow(more) {
+                return;
+            }
+            room.await;
+        }
+    }
+
+    /// Takes `more` bytes if they fit now (evicting caches first).
+    pub fn try_grow(&mut self, more: usize) -> bool {
+        if more == 0 {
+            return true;
+        }
+        if !self.budget.take(self.class, more) {
+            return false;
+        }
+        self.bytes += more;
+        true
+    }
+
+    /// Moves `bytes` (at most what is held) into a new charge of the same class.
+    pub fn split(&mut self, bytes: usize) -> Charge {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        Charge {
+            budget: Rc::clone(&self.budget),
+            class: self.class,
+            bytes,
+        }
     }
 
     /// Gives back `bytes` of this charge early (the holder shrank).
@@ -368,5 +471,51 @@ mod tests {
         assert!(b.charge_evicting(MemoryClass::Log, 1).is_none());
         drop((c, rest, all));
         assert_eq!(b.used(), 0);
+    }
+
+    /// A class cap bounds the class (at most half the limit); charges grow, split and
+    /// shrink exactly; a grow past the class cap is clamped to it rather than waiting for
+    /// room that could never be free.
+    #[test]
+    fn class_caps_bound_and_clamp() {
+        let b = MemoryBudget::new(1000);
+        b.set_class_cap(MemoryClass::Requests, 10_000);
+        assert_eq!(b.class_cap(MemoryClass::Requests), 500);
+        let mut r = b.empty(MemoryClass::Requests);
+        assert!(r.try_grow(300));
+        assert!(!b.empty(MemoryClass::Requests).try_grow(201), "class cap");
+        let part = r.split(100);
+        assert_eq!((r.bytes(), part.bytes(), b.used()), (200, 100, 300));
+        drop(part);
+        r.shrink(50);
+        assert_eq!(b.used_by(MemoryClass::Requests), 150);
+        glommio::LocalExecutor::default().run(async {
+            let mut big = b.empty(MemoryClass::Requests);
+            drop(r);
+            big.grow(1 << 20).await;
+            assert_eq!(big.bytes(), 500, "clamped to the class cap");
+        });
+        assert_eq!(b.used(), 0);
+    }
+
+    /// A task waiting for bytes proceeds once another charge is dropped, and never takes
+    /// bytes that are not free meanwhile.
+    #[test]
+    fn waiters_proceed_after_release() {
+        glommio::LocalExecutor::default().run(async {
+            let b = MemoryBudget::new(100);
+            let held = b.acquire(MemoryClass::Requests, 50).await;
+            let other = b.charge_forced(MemoryClass::Responses, 40);
+            let b2 = b.clone();
+            let waiter = glommio::spawn_local(async move {
+                b2.acquire(MemoryClass::Requests, 30).await.bytes()
+            });
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+            assert_eq!(b.used(), 90, "the waiter must not take bytes that are not free");
+            drop(other);
+            assert_eq!(waiter.await, 30);
+            drop(held);
+            assert_eq!(b.used(), 0);
+        });
     }
 }
