@@ -12,13 +12,14 @@ use glommio::{LocalExecutorBuilder, Placement};
 use thiserror::Error;
 use tracing::{error, info, warn};
 
+use crate::clock::SystemClock;
 use crate::cluster::catalog::CatalogStore;
 use crate::cluster::quorum::Quorum;
 use crate::config::Config;
 use crate::limits::{MESH_CHANNEL_CAPACITY, SHUTDOWN_DRAIN_MS_MAX};
 use crate::server::admission::Admission;
 use crate::shard::mesh::{self, Builder, Mesh};
-use crate::shard::{now_ms, ShardCtx, Shared};
+use crate::shard::{ShardCtx, Shared};
 
 #[derive(Debug, Error)]
 pub enum StartError {
@@ -94,10 +95,11 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     let roles = config.roles().map_err(|message| {
         StartError::Cluster(crate::cluster::quorum::QuorumError::Config(message))
     })?;
+    let clock = SystemClock::shared();
     let catalog = Arc::new(CatalogStore::new(config.node_id, nr_shards as u32));
     // The metadata log first: a broker serves nothing until its metadata image has caught
     // up with the quorum (a restarted leader must not act on a stale image).
-    let quorum = Quorum::start(&config, catalog.clone())?;
+    let quorum = Quorum::start(&config, catalog.clone(), clock.clone())?;
     if !roles.broker {
         info!(node_id = config.node_id, "dedicated controller is running");
         return Ok(Broker {
@@ -136,6 +138,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         catalog,
         quorum: quorum.clone(),
         disk,
+        clock,
     });
     let builder: Builder =
         glommio::channels::channel_mesh::MeshBuilder::full(nr_shards, MESH_CHANNEL_CAPACITY);
@@ -283,7 +286,7 @@ async fn retention_loop(ctx: Rc<ShardCtx>) {
     loop {
         glommio::timer::sleep(period).await;
         for (topic, i, p) in ctx.all_partitions() {
-            if let Err(e) = p.enforce_retention(now_ms()).await {
+            if let Err(e) = p.enforce_retention(ctx.shared.clock.wall_ms()).await {
                 warn!("retention on {topic}-{i}: {e}");
             }
             glommio::yield_if_needed().await;

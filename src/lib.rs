@@ -16,6 +16,7 @@ pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod group;

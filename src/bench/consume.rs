@@ -11,13 +11,14 @@ use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 
 use super::produce::E2E_STAMP_BYTES;
 use super::report::{lock, SharedRecorder};
 use super::wire::{self, FetchPosition};
+use crate::clock::{Clock, SystemClock};
 
 /// Largest Fetch response accepted (the broker caps at 64 MiB; slack for framing).
 const FETCH_RESPONSE_BYTES_MAX: usize = 80 * 1024 * 1024;
@@ -62,13 +63,6 @@ pub struct ConsumerTask {
     pub recorder: SharedRecorder,
 }
 
-fn wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// The e2e latency of one fetched batch, in µs: from the stamp in its first value when there
 /// is one, else from its baseTimestamp (ms).
 fn batch_latency_us(batch: &[u8], base: Instant, now: Instant) -> Option<u64> {
@@ -80,7 +74,7 @@ fn batch_latency_us(batch: &[u8], base: Instant, now: Instant) -> Option<u64> {
         return Some(now_ns.saturating_sub(sent_ns) / 1000);
     }
     let ts = i64::from_be_bytes(batch.get(27..35)?.try_into().ok()?);
-    Some((wall_ms() - ts).max(0) as u64 * 1000)
+    Some((SystemClock.wall_ms() - ts).max(0) as u64 * 1000)
 }
 
 /// Runs one consumer connection until its ranges are drained, the budget is used or stopped.

@@ -15,7 +15,7 @@ use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
@@ -31,6 +31,7 @@ use super::wire::{self, ProducePrefix};
 use crate::cli::AcksArg;
 use crate::client::partitioner::partition_for_key;
 use crate::client::records::{encode_batch, ProduceRecord};
+use crate::clock::{Clock, SystemClock};
 use crate::protocol::record_batch::compute_crc;
 
 /// Distinct batch shapes built when sizes or keys vary.
@@ -79,13 +80,6 @@ pub struct PoolBatch {
     pub value_pos: Option<usize>,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn fill_value(rng: &mut impl Rng, n: usize) -> Bytes {
     // Random capital letters, like Kafka's producer-perf-test: compressible but not trivially.
     Bytes::from(
@@ -105,7 +99,7 @@ pub fn build_pool(
     seed: u64,
 ) -> anyhow::Result<Vec<PoolBatch>> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let timestamp_ms = now_ms();
+    let timestamp_ms = SystemClock.wall_ms();
     let make = |rng: &mut rand::rngs::StdRng,
                 key_for: &mut dyn FnMut(&mut rand::rngs::StdRng, usize) -> Option<Bytes>,
                 partition| {
@@ -368,7 +362,7 @@ pub fn run_producer(shared: Arc<ProduceShared>, task: ProducerTask) -> anyhow::R
                 batch_pos,
                 batch.value_pos,
                 sent.duration_since(base).as_nanos() as u64,
-                now_ms(),
+                SystemClock.wall_ms(),
             );
         }
         if with_responses {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Read};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use super::{parse_key_value, ConnectArgs};
 use crate::client::partitioner::{partition_for_key, StickyPartitioner};
 use crate::client::records::encode_batch;
 use crate::client::{Acks, Client, Compression, ProduceOptions, ProduceRecord};
+use crate::clock::{Clock, SystemClock};
 
 /// Longest input line accepted; protects memory from a runaway stream without newlines.
 pub const LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
@@ -122,12 +123,6 @@ impl Producer<'_> {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// Splits a line into (key, value) at the first `separator`.
 fn split_line(line: &[u8], separator: Option<&[u8]>) -> (Option<Bytes>, Bytes) {
     if let Some(sep) = separator.filter(|s| !s.is_empty()) {
@@ -222,7 +217,7 @@ pub(super) fn run(args: ProduceArgs) -> anyhow::Result<()> {
             key,
             value: Some(value),
             headers: headers.clone(),
-            timestamp_ms: now_ms(),
+            timestamp_ms: SystemClock.wall_ms(),
         });
         if buffer.records.len() >= batch_size || buffer.bytes >= BATCH_BYTES_MAX {
             producer.flush(partition, buffer)?;

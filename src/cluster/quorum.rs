@@ -4,13 +4,14 @@
 //!
 //! A node with no `controller_voters` is a one-voter quorum that needs no network: the same
 //! code path as a cluster, so a single node and a cluster behave alike.
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::clock::Clock;
 use crate::cluster::catalog::CatalogStore;
 use crate::cluster::controller::{
     Controller, ControllerConfig, ControllerRequest, ControllerResponse,
@@ -47,12 +48,15 @@ pub struct Quorum {
     producer_ids: Mutex<(i64, i64)>,
     fenced: AtomicBool,
     stopping: Arc<AtomicBool>,
-    last_heartbeat_ms: AtomicI64,
 }
 
 impl Quorum {
     /// Starts the metadata log and waits until this node has caught up with it.
-    pub fn start(config: &Config, store: Arc<CatalogStore>) -> Result<Arc<Quorum>, QuorumError> {
+    pub fn start(
+        config: &Config,
+        store: Arc<CatalogStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Quorum>, QuorumError> {
         let voters = config.voters().map_err(QuorumError::Config)?;
         let listen = if config.controller_listen.is_empty() {
             None
@@ -85,6 +89,7 @@ impl Quorum {
             heartbeat_ticks: RAFT_HEARTBEAT_TICKS,
             snapshot_every_entries: METADATA_SNAPSHOT_EVERY_ENTRIES,
             request_timeout_ms: CONTROLLER_REQUEST_TIMEOUT_MS,
+            clock,
         };
         let log = MetadataLog::start(raft, Box::new(machine))?;
         // A broker must not serve from a stale image: wait (as long as it takes a quorum to
@@ -102,7 +107,6 @@ impl Quorum {
             producer_ids: Mutex::new((0, 0)),
             fenced: AtomicBool::new(true),
             stopping: Arc::new(AtomicBool::new(false)),
-            last_heartbeat_ms: AtomicI64::new(0),
         }))
     }
 
@@ -188,8 +192,6 @@ impl Quorum {
                 if was != fenced {
                     info!(fenced, "broker fencing changed");
                 }
-                self.last_heartbeat_ms
-                    .store(crate::shard::now_ms(), Ordering::Relaxed);
             }
             Ok(other) => warn!("heartbeat refused: {other:?}"),
             // `stop` shut the metadata log down under a heartbeat in flight: expected, and no

@@ -1,12 +1,17 @@
 //! The group state machine, following Kafka's classic `GroupCoordinator` decision by decision
 //! (error codes and their order of checks included), without any I/O.
 //!
-//! Timers are deadlines stored on the group or member and compared with the `now_ms` given to
-//! [`Coordinator::tick`]; nothing here sleeps or reads a clock.
+//! Time comes in as a [`Now`] on every call; nothing here sleeps or reads a clock. Timers
+//! (session, join and sync deadlines, pending members, the offsets-retention interval) are
+//! monotonic milliseconds, so a wall-clock step expires no session; wall time is used only
+//! for what is a date and is stored in `__consumer_offsets`: commit timestamps, the group's
+//! state timestamp, and the retention of offsets and empty groups measured from them.
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use indexmap::IndexMap;
+
+use crate::clock::Now;
 
 use super::limits::{
     GROUP_MEMBERS_MAX, GROUP_METADATA_BYTES_MAX, GROUP_NAME_LEN_MAX, GROUP_OFFSETS_MAX,
@@ -107,7 +112,7 @@ struct Group {
 }
 
 impl Group {
-    fn new(id: &str, partition: i32, now_ms: i64) -> Self {
+    fn new(id: &str, partition: i32, now: Now) -> Self {
         Self {
             id: id.to_string(),
             partition,
@@ -124,14 +129,14 @@ impl Group {
             join_deadline_ms: None,
             initial_delay: None,
             new_member_added: false,
-            state_timestamp_ms: now_ms,
+            state_timestamp_ms: now.wall_ms,
             offsets: HashMap::new(),
         }
     }
 
-    fn transition(&mut self, state: GroupState, now_ms: i64) {
+    fn transition(&mut self, state: GroupState, now: Now) {
         self.state = state;
-        self.state_timestamp_ms = now_ms;
+        self.state_timestamp_ms = now.wall_ms;
     }
 
     /// The error a request from `member_id` (with `instance_id`) gets before any other check:
@@ -371,7 +376,7 @@ impl Coordinator {
         request: RequestId,
         partition: i32,
         args: JoinArgs,
-        now_ms: i64,
+        now: Now,
         out: &mut Vec<Output>,
     ) {
         let reply = |out: &mut Vec<Output>, e: ErrorCode| {
@@ -403,7 +408,7 @@ impl Coordinator {
             }
             self.groups.insert(
                 args.group_id.clone(),
-                Group::new(&args.group_id, partition, now_ms),
+                Group::new(&args.group_id, partition, now),
             );
         }
         let config = self.config.clone();
@@ -417,9 +422,9 @@ impl Coordinator {
             return reply(out, ErrorCode::InconsistentGroupProtocol);
         }
         if is_unknown {
-            join_unknown_member(group, &config, request, args, now_ms, out);
+            join_unknown_member(group, &config, request, args, now, out);
         } else {
-            join_known_member(group, &config, request, args, now_ms, out);
+            join_known_member(group, &config, request, args, now, out);
         }
     }
 
@@ -429,7 +434,7 @@ impl Coordinator {
         &mut self,
         request: RequestId,
         args: SyncArgs,
-        now_ms: i64,
+        now: Now,
         out: &mut Vec<Output>,
     ) {
         let reply = |out: &mut Vec<Output>, e: ErrorCode| {
@@ -465,7 +470,7 @@ impl Coordinator {
                 group.pending_sync.remove(&args.member_id);
                 let is_leader = group.leader.as_deref() == Some(args.member_id.as_str());
                 if let Some(m) = group.members.get_mut(&args.member_id) {
-                    m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
+                    m.session_deadline_ms = now.monotonic_ms + m.session_timeout_ms as i64;
                     // A retried SyncGroup replaces the earlier one, which gets an error.
                     if let Some(old) = m.awaiting_sync.replace(request) {
                         out.push(Output::Sync(
@@ -480,7 +485,7 @@ impl Coordinator {
                     for m in group.members.values_mut() {
                         m.assignment = assignments.remove(&m.id).unwrap_or_default();
                     }
-                    group.transition(GroupState::Stable, now_ms);
+                    group.transition(GroupState::Stable, now);
                     group.persist_metadata(out);
                     propagate_assignment(group, None, out);
                 }
@@ -488,7 +493,7 @@ impl Coordinator {
             GroupState::Stable => {
                 group.pending_sync.remove(&args.member_id);
                 if let Some(m) = group.members.get_mut(&args.member_id) {
-                    m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
+                    m.session_deadline_ms = now.monotonic_ms + m.session_timeout_ms as i64;
                     out.push(Output::Sync(
                         request,
                         SyncResult {
@@ -508,7 +513,7 @@ impl Coordinator {
 
     // ---------------------------------------------------------------- Heartbeat
 
-    pub fn handle_heartbeat(&mut self, args: HeartbeatArgs, now_ms: i64) -> Option<ErrorCode> {
+    pub fn handle_heartbeat(&mut self, args: HeartbeatArgs, now: Now) -> Option<ErrorCode> {
         let Some(group) = self.groups.get_mut(&args.group_id) else {
             return Some(ErrorCode::UnknownMemberId);
         };
@@ -526,11 +531,11 @@ impl Coordinator {
         match state {
             GroupState::Empty | GroupState::Dead => Some(ErrorCode::UnknownMemberId),
             GroupState::PreparingRebalance => {
-                member.session_deadline_ms = now_ms + member.session_timeout_ms as i64;
+                member.session_deadline_ms = now.monotonic_ms + member.session_timeout_ms as i64;
                 Some(ErrorCode::RebalanceInProgress)
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
-                member.session_deadline_ms = now_ms + member.session_timeout_ms as i64;
+                member.session_deadline_ms = now.monotonic_ms + member.session_timeout_ms as i64;
                 None
             }
         }
@@ -542,7 +547,7 @@ impl Coordinator {
         &mut self,
         group_id: &str,
         members: Vec<LeaveMember>,
-        now_ms: i64,
+        now: Now,
         out: &mut Vec<Output>,
     ) -> LeaveResult {
         let config = self.config.clone();
@@ -578,18 +583,18 @@ impl Coordinator {
                         Some(ErrorCode::FencedInstanceId)
                     }
                     Some(existing) => {
-                        remove_member_and_update(group, &config, &existing, now_ms, out);
+                        remove_member_and_update(group, &config, &existing, now, out);
                         None
                     }
                 },
                 None => {
                     if group.pending_members.remove(&m.member_id).is_some() {
                         if group.state == GroupState::PreparingRebalance {
-                            check_join_complete(group, now_ms, out);
+                            check_join_complete(group, now, out);
                         }
                         None
                     } else if group.members.contains_key(&m.member_id) {
-                        remove_member_and_update(group, &config, &m.member_id, now_ms, out);
+                        remove_member_and_update(group, &config, &m.member_id, now, out);
                         None
                     } else {
                         Some(ErrorCode::UnknownMemberId)
@@ -613,7 +618,7 @@ impl Coordinator {
         &mut self,
         partition: i32,
         args: CommitArgs,
-        now_ms: i64,
+        now: Now,
     ) -> Result<CommitPlan, ErrorCode> {
         if args.group_id.is_empty() || args.group_id.len() > GROUP_NAME_LEN_MAX {
             return Err(ErrorCode::InvalidGroupId);
@@ -628,7 +633,7 @@ impl Coordinator {
             // A commit outside group management (generation -1) creates an empty group.
             self.groups.insert(
                 args.group_id.clone(),
-                Group::new(&args.group_id, partition, now_ms),
+                Group::new(&args.group_id, partition, now),
             );
         }
         let Some(group) = self.groups.get_mut(&args.group_id) else {
@@ -649,7 +654,7 @@ impl Coordinator {
                 return Err(ErrorCode::IllegalGeneration);
             }
             if let Some(m) = group.members.get_mut(&args.member_id) {
-                m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
+                m.session_deadline_ms = now.monotonic_ms + m.session_timeout_ms as i64;
             }
         }
         let mut plan = CommitPlan {
@@ -673,7 +678,7 @@ impl Coordinator {
                 offset: o.offset,
                 leader_epoch: o.leader_epoch,
                 metadata,
-                commit_timestamp_ms: now_ms,
+                commit_timestamp_ms: now.wall_ms,
             };
             plan.records.push(LogRecord {
                 key: offset_key(&group.id, &o.topic, o.partition),
@@ -691,14 +696,12 @@ impl Coordinator {
         group_id: &str,
         partition: i32,
         accepted: Vec<(String, i32, OffsetValue)>,
-        now_ms: i64,
+        now: Now,
     ) {
         if !self.groups.contains_key(group_id) {
             // Deleted while the commit was being written; Kafka re-creates it the same way.
-            self.groups.insert(
-                group_id.to_string(),
-                Group::new(group_id, partition, now_ms),
-            );
+            self.groups
+                .insert(group_id.to_string(), Group::new(group_id, partition, now));
         }
         if let Some(group) = self.groups.get_mut(group_id) {
             for (topic, p, value) in accepted {
@@ -900,15 +903,16 @@ impl Coordinator {
 
     // ---------------------------------------------------------------- Time
 
-    /// Advances every timer to `now_ms`: initial delay and rebalance timeout of join phases,
+    /// Advances every timer to `now`: initial delay and rebalance timeout of join phases,
     /// pending-sync timeouts, session expiry, pending-member expiry and offset retention.
-    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+    pub fn tick(&mut self, now: Now, out: &mut Vec<Output>) {
         for group in self.groups.values_mut() {
-            tick_group(group, &self.config, now_ms, out);
+            tick_group(group, &self.config, now, out);
         }
-        if now_ms >= self.next_retention_check_ms {
-            self.next_retention_check_ms = now_ms + self.config.offsets_retention_check_interval_ms;
-            self.expire_offsets(now_ms, out);
+        if now.monotonic_ms >= self.next_retention_check_ms {
+            self.next_retention_check_ms =
+                now.monotonic_ms + self.config.offsets_retention_check_interval_ms;
+            self.expire_offsets(now, out);
         }
     }
 
@@ -916,7 +920,7 @@ impl Coordinator {
     /// `offsets_retention_ms` (counted from when it became Empty, or from the commit for a
     /// group never managed by the coordinator) are deleted with tombstones; a group left with
     /// nothing is removed.
-    pub fn expire_offsets(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+    pub fn expire_offsets(&mut self, now: Now, out: &mut Vec<Output>) {
         let retention = self.config.offsets_retention_ms;
         let mut dead = Vec::new();
         for group in self.groups.values_mut() {
@@ -933,7 +937,7 @@ impl Coordinator {
                     } else {
                         v.commit_timestamp_ms
                     };
-                    base.saturating_add(retention) <= now_ms
+                    base.saturating_add(retention) <= now.wall_ms
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
@@ -946,7 +950,7 @@ impl Coordinator {
                 });
             }
             if group.offsets.is_empty()
-                && group.state_timestamp_ms.saturating_add(retention) <= now_ms
+                && group.state_timestamp_ms.saturating_add(retention) <= now.wall_ms
             {
                 records.push(LogRecord {
                     key: record::encode_key(&RecordKey::Group {
@@ -978,7 +982,7 @@ impl Coordinator {
         partition: i32,
         key: &[u8],
         value: Option<&[u8]>,
-        now_ms: i64,
+        now: Now,
     ) -> Result<(), RecordError> {
         match record::decode_key(key)? {
             RecordKey::Offset {
@@ -990,7 +994,7 @@ impl Coordinator {
                     let v = record::decode_offset(v)?;
                     self.groups
                         .entry(group.clone())
-                        .or_insert_with(|| Group::new(&group, partition, now_ms))
+                        .or_insert_with(|| Group::new(&group, partition, now))
                         .offsets
                         .insert((topic, p), v);
                 }
@@ -1006,7 +1010,7 @@ impl Coordinator {
                     let g = self
                         .groups
                         .entry(group.clone())
-                        .or_insert_with(|| Group::new(&group, partition, now_ms));
+                        .or_insert_with(|| Group::new(&group, partition, now));
                     g.protocol_type = Some(v.protocol_type).filter(|t| !t.is_empty());
                     g.generation = v.generation;
                     g.protocol = v.protocol;
@@ -1052,9 +1056,9 @@ impl Coordinator {
         self.groups.retain(|_, g| g.partition != partition);
     }
 
-    /// Ends loading a partition: loaded members get a fresh session timeout from `now_ms`
+    /// Ends loading a partition: loaded members get a fresh session timeout from `now`
     /// (as Kafka schedules them on load), groups with members are Stable, others Empty.
-    pub fn finish_load(&mut self, partition: i32, now_ms: i64) {
+    pub fn finish_load(&mut self, partition: i32, now: Now) {
         self.groups.retain(|_, g| {
             g.partition != partition
                 || !g.members.is_empty()
@@ -1067,7 +1071,7 @@ impl Coordinator {
             .filter(|g| g.partition == partition)
         {
             for m in g.members.values_mut() {
-                m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
+                m.session_deadline_ms = now.monotonic_ms + m.session_timeout_ms as i64;
             }
             if g.members.is_empty() {
                 g.state = GroupState::Empty;
@@ -1088,17 +1092,17 @@ fn join_unknown_member(
     config: &GroupConfig,
     request: RequestId,
     args: JoinArgs,
-    now_ms: i64,
+    now: Now,
     out: &mut Vec<Output>,
 ) {
     let new_id = Coordinator::new_member_id(&args.client_id);
     if let Some(instance) = args.group_instance_id.clone() {
         if let Some(old_id) = group.static_members.get(&instance).cloned() {
             return update_static_member_and_rebalance(
-                group, config, request, args, old_id, new_id, now_ms, out,
+                group, config, request, args, old_id, new_id, now, out,
             );
         }
-        return add_member_and_rebalance(group, config, request, args, new_id, now_ms, out);
+        return add_member_and_rebalance(group, config, request, args, new_id, now, out);
     }
     if args.require_known_member_id {
         if group.pending_members.len() >= GROUP_PENDING_MEMBERS_MAX {
@@ -1110,16 +1114,17 @@ fn join_unknown_member(
         }
         // KIP-394: hand out the id and wait for the member to come back with it, so a
         // client that never does cannot be counted as a member.
-        group
-            .pending_members
-            .insert(new_id.clone(), now_ms + args.session_timeout_ms as i64);
+        group.pending_members.insert(
+            new_id.clone(),
+            now.monotonic_ms + args.session_timeout_ms as i64,
+        );
         out.push(Output::Join(
             request,
             JoinResult::error(&new_id, ErrorCode::MemberIdRequired),
         ));
         return;
     }
-    add_member_and_rebalance(group, config, request, args, new_id, now_ms, out);
+    add_member_and_rebalance(group, config, request, args, new_id, now, out);
 }
 
 fn join_known_member(
@@ -1127,12 +1132,12 @@ fn join_known_member(
     config: &GroupConfig,
     request: RequestId,
     args: JoinArgs,
-    now_ms: i64,
+    now: Now,
     out: &mut Vec<Output>,
 ) {
     let member_id = args.member_id.clone();
     if group.pending_members.remove(&member_id).is_some() {
-        return add_member_and_rebalance(group, config, request, args, member_id, now_ms, out);
+        return add_member_and_rebalance(group, config, request, args, member_id, now, out);
     }
     if group.is_static_member_fenced(args.group_instance_id.as_deref(), &member_id) {
         out.push(Output::Join(
@@ -1152,7 +1157,7 @@ fn join_known_member(
     let is_leader = group.leader.as_deref() == Some(member_id.as_str());
     match group.state {
         GroupState::PreparingRebalance => {
-            update_member_and_rebalance(group, config, request, args, now_ms, out)
+            update_member_and_rebalance(group, config, request, args, now, out)
         }
         GroupState::CompletingRebalance => {
             if same {
@@ -1160,17 +1165,17 @@ fn join_known_member(
                 let result = group.join_result(&member_id, is_leader);
                 out.push(Output::Join(request, result));
             } else {
-                update_member_and_rebalance(group, config, request, args, now_ms, out);
+                update_member_and_rebalance(group, config, request, args, now, out);
             }
         }
         GroupState::Stable => {
             if is_leader || !same {
                 // The leader rejoining (e.g. its subscription changed) or changed metadata
                 // forces a rebalance.
-                update_member_and_rebalance(group, config, request, args, now_ms, out);
+                update_member_and_rebalance(group, config, request, args, now, out);
             } else {
                 if let Some(m) = group.members.get_mut(&member_id) {
-                    m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
+                    m.session_deadline_ms = now.monotonic_ms + m.session_timeout_ms as i64;
                 }
                 let result = group.join_result(&member_id, false);
                 out.push(Output::Join(request, result));
@@ -1191,7 +1196,7 @@ fn add_member_and_rebalance(
     request: RequestId,
     args: JoinArgs,
     member_id: String,
-    now_ms: i64,
+    now: Now,
     out: &mut Vec<Output>,
 ) {
     if group.members.len() >= GROUP_MEMBERS_MAX {
@@ -1222,7 +1227,7 @@ fn add_member_and_rebalance(
             assignment: Bytes::new(),
             awaiting_join: Some(request),
             awaiting_sync: None,
-            session_deadline_ms: now_ms + args.session_timeout_ms as i64,
+            session_deadline_ms: now.monotonic_ms + args.session_timeout_ms as i64,
         },
     );
     if group.leader.is_none() {
@@ -1230,8 +1235,8 @@ fn add_member_and_rebalance(
     }
     group.new_member_added = true;
     match group.state {
-        GroupState::PreparingRebalance => check_join_complete(group, now_ms, out),
-        _ => prepare_rebalance(group, config, now_ms, out),
+        GroupState::PreparingRebalance => check_join_complete(group, now, out),
+        _ => prepare_rebalance(group, config, now, out),
     }
 }
 
@@ -1240,14 +1245,14 @@ fn update_member_and_rebalance(
     config: &GroupConfig,
     request: RequestId,
     args: JoinArgs,
-    now_ms: i64,
+    now: Now,
     out: &mut Vec<Output>,
 ) {
     if let Some(m) = group.members.get_mut(&args.member_id) {
         m.protocols = args.protocols;
         m.rebalance_timeout_ms = args.rebalance_timeout_ms;
         m.session_timeout_ms = args.session_timeout_ms;
-        m.session_deadline_ms = now_ms + args.session_timeout_ms as i64;
+        m.session_deadline_ms = now.monotonic_ms + args.session_timeout_ms as i64;
         if let Some(old) = m.awaiting_join.replace(request) {
             // The client gave up on its earlier JoinGroup and sent another.
             out.push(Output::Join(
@@ -1257,8 +1262,8 @@ fn update_member_and_rebalance(
         }
     }
     match group.state {
-        GroupState::PreparingRebalance => check_join_complete(group, now_ms, out),
-        _ => prepare_rebalance(group, config, now_ms, out),
+        GroupState::PreparingRebalance => check_join_complete(group, now, out),
+        _ => prepare_rebalance(group, config, now, out),
     }
 }
 
@@ -1272,12 +1277,12 @@ fn update_static_member_and_rebalance(
     args: JoinArgs,
     old_id: String,
     new_id: String,
-    now_ms: i64,
+    now: Now,
     out: &mut Vec<Output>,
 ) {
     let current_leader = group.leader.clone().unwrap_or_default();
     let Some(index) = group.members.get_index_of(&old_id) else {
-        return add_member_and_rebalance(group, config, request, args, new_id, now_ms, out);
+        return add_member_and_rebalance(group, config, request, args, new_id, now, out);
     };
     let Some(mut member) = group.members.shift_remove(&old_id) else {
         return;
@@ -1304,7 +1309,7 @@ fn update_static_member_and_rebalance(
     member.protocols = args.protocols;
     member.rebalance_timeout_ms = args.rebalance_timeout_ms;
     member.session_timeout_ms = args.session_timeout_ms;
-    member.session_deadline_ms = now_ms + args.session_timeout_ms as i64;
+    member.session_deadline_ms = now.monotonic_ms + args.session_timeout_ms as i64;
     member.client_id = args.client_id;
     member.client_host = args.client_host;
     member.awaiting_join = Some(request);
@@ -1336,14 +1341,14 @@ fn update_static_member_and_rebalance(
             result.skip_assignment = skip;
             out.push(Output::Join(request, result));
         }
-        GroupState::PreparingRebalance => check_join_complete(group, now_ms, out),
-        _ => prepare_rebalance(group, config, now_ms, out),
+        GroupState::PreparingRebalance => check_join_complete(group, now, out),
+        _ => prepare_rebalance(group, config, now, out),
     }
 }
 
 // -------------------------------------------------------------------- rebalance helpers
 
-fn prepare_rebalance(group: &mut Group, config: &GroupConfig, now_ms: i64, out: &mut Vec<Output>) {
+fn prepare_rebalance(group: &mut Group, config: &GroupConfig, now: Now, out: &mut Vec<Output>) {
     if group.state == GroupState::CompletingRebalance {
         // Members waiting for an assignment that will never come are told to rejoin.
         for m in group.members.values_mut() {
@@ -1355,36 +1360,36 @@ fn prepare_rebalance(group: &mut Group, config: &GroupConfig, now_ms: i64, out: 
     // With no configured delay the first join phase is an ordinary one.
     if group.state == GroupState::Empty && config.initial_rebalance_delay_ms > 0 {
         let delay = config.initial_rebalance_delay_ms.min(timeout.max(0));
-        group.join_deadline_ms = Some(now_ms + delay);
+        group.join_deadline_ms = Some(now.monotonic_ms + delay);
         group.initial_delay = Some(InitialDelay {
             delay_ms: delay,
             remaining_ms: (timeout - delay).max(0),
         });
         group.new_member_added = false;
     } else {
-        group.join_deadline_ms = Some(now_ms + timeout);
+        group.join_deadline_ms = Some(now.monotonic_ms + timeout);
         group.initial_delay = None;
     }
     group.pending_sync.clear();
     group.sync_deadline_ms = None;
-    group.transition(GroupState::PreparingRebalance, now_ms);
+    group.transition(GroupState::PreparingRebalance, now);
     if group.initial_delay.is_none() {
-        check_join_complete(group, now_ms, out);
+        check_join_complete(group, now, out);
     }
 }
 
 /// Completes the join phase once every member has rejoined (not during the initial delay,
 /// which waits for more members on purpose).
-fn check_join_complete(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
+fn check_join_complete(group: &mut Group, now: Now, out: &mut Vec<Output>) {
     if group.state == GroupState::PreparingRebalance
         && group.initial_delay.is_none()
         && group.all_members_joined()
     {
-        complete_join(group, now_ms, out);
+        complete_join(group, now, out);
     }
 }
 
-fn complete_join(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
+fn complete_join(group: &mut Group, now: Now, out: &mut Vec<Output>) {
     // Members that did not rejoin in time are removed.
     let failed: Vec<String> = group
         .members
@@ -1400,12 +1405,12 @@ fn complete_join(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
     group.generation += 1;
     if group.members.is_empty() {
         group.protocol = None;
-        group.transition(GroupState::Empty, now_ms);
+        group.transition(GroupState::Empty, now);
         group.persist_metadata(out);
         return;
     }
     group.protocol = group.select_protocol();
-    group.transition(GroupState::CompletingRebalance, now_ms);
+    group.transition(GroupState::CompletingRebalance, now);
     if group
         .leader
         .as_ref()
@@ -1417,9 +1422,9 @@ fn complete_join(group: &mut Group, now_ms: i64, out: &mut Vec<Output>) {
     let members = group.join_members();
     let base = group.join_result("", false);
     group.pending_sync = group.members.keys().cloned().collect();
-    group.sync_deadline_ms = Some(now_ms + group.max_rebalance_timeout_ms());
+    group.sync_deadline_ms = Some(now.monotonic_ms + group.max_rebalance_timeout_ms());
     for m in group.members.values_mut() {
-        m.session_deadline_ms = now_ms + m.session_timeout_ms as i64;
+        m.session_deadline_ms = now.monotonic_ms + m.session_timeout_ms as i64;
         if let Some(r) = m.awaiting_join.take() {
             let mut result = base.clone();
             result.member_id = m.id.clone();
@@ -1481,27 +1486,27 @@ fn remove_member_and_update(
     group: &mut Group,
     config: &GroupConfig,
     member_id: &str,
-    now_ms: i64,
+    now: Now,
     out: &mut Vec<Output>,
 ) {
     remove_member(group, member_id, out);
     match group.state {
         GroupState::Dead | GroupState::Empty => {}
         GroupState::Stable | GroupState::CompletingRebalance => {
-            prepare_rebalance(group, config, now_ms, out)
+            prepare_rebalance(group, config, now, out)
         }
-        GroupState::PreparingRebalance => check_join_complete(group, now_ms, out),
+        GroupState::PreparingRebalance => check_join_complete(group, now, out),
     }
 }
 
-fn tick_group(group: &mut Group, config: &GroupConfig, now_ms: i64, out: &mut Vec<Output>) {
+fn tick_group(group: &mut Group, config: &GroupConfig, now: Now, out: &mut Vec<Output>) {
     // KIP-394 ids that were never used.
     let before = group.pending_members.len();
     group
         .pending_members
-        .retain(|_, deadline| *deadline > now_ms);
+        .retain(|_, deadline| *deadline > now.monotonic_ms);
     if group.pending_members.len() != before {
-        check_join_complete(group, now_ms, out);
+        check_join_complete(group, now, out);
     }
     // Session expiry. Members waiting in a join or sync are bounded by the rebalance
     // timeouts below instead, as in Kafka.
@@ -1509,19 +1514,21 @@ fn tick_group(group: &mut Group, config: &GroupConfig, now_ms: i64, out: &mut Ve
         .members
         .values()
         .filter(|m| {
-            m.session_deadline_ms <= now_ms
+            m.session_deadline_ms <= now.monotonic_ms
                 && m.awaiting_join.is_none()
                 && m.awaiting_sync.is_none()
         })
         .map(|m| m.id.clone())
         .collect();
     for id in expired {
-        remove_member_and_update(group, config, &id, now_ms, out);
+        remove_member_and_update(group, config, &id, now, out);
     }
     // The join phase's deadline: extend the initial delay while members keep arriving,
     // otherwise complete with whoever rejoined.
     if group.state == GroupState::PreparingRebalance
-        && group.join_deadline_ms.is_some_and(|d| d <= now_ms)
+        && group
+            .join_deadline_ms
+            .is_some_and(|d| d <= now.monotonic_ms)
     {
         let extend = match &mut group.initial_delay {
             Some(delay) if group.new_member_added && delay.remaining_ms > 0 => {
@@ -1534,16 +1541,18 @@ fn tick_group(group: &mut Group, config: &GroupConfig, now_ms: i64, out: &mut Ve
         match extend {
             Some(step) => {
                 group.new_member_added = false;
-                group.join_deadline_ms = Some(now_ms + step);
+                group.join_deadline_ms = Some(now.monotonic_ms + step);
             }
-            None => complete_join(group, now_ms, out),
+            None => complete_join(group, now, out),
         }
     }
     // Members that got a generation but never asked for their assignment.
     if matches!(
         group.state,
         GroupState::CompletingRebalance | GroupState::Stable
-    ) && group.sync_deadline_ms.is_some_and(|d| d <= now_ms)
+    ) && group
+        .sync_deadline_ms
+        .is_some_and(|d| d <= now.monotonic_ms)
     {
         group.sync_deadline_ms = None;
         let missing: Vec<String> = group.pending_sync.drain().collect();
@@ -1554,10 +1563,10 @@ fn tick_group(group: &mut Group, config: &GroupConfig, now_ms: i64, out: &mut Ve
             if group.members.is_empty() {
                 group.generation += 1;
                 group.protocol = None;
-                group.transition(GroupState::Empty, now_ms);
+                group.transition(GroupState::Empty, now);
                 group.persist_metadata(out);
             } else {
-                prepare_rebalance(group, config, now_ms, out);
+                prepare_rebalance(group, config, now, out);
             }
         }
     }

@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::clock::Now;
 
 const SESSION: i32 = 10_000;
 const REBALANCE: i32 = 30_000;
@@ -60,7 +61,8 @@ impl Sim {
     fn join(&mut self, args: JoinArgs) -> RequestId {
         let r = self.next_request;
         self.next_request += 1;
-        self.c.handle_join(r, 7, args, self.now, &mut self.out);
+        self.c
+            .handle_join(r, 7, args, Now::at(self.now), &mut self.out);
         r
     }
 
@@ -79,7 +81,8 @@ impl Sim {
                 .map(|(m, a)| (m.to_string(), Bytes::from(a.to_string())))
                 .collect(),
         };
-        self.c.handle_sync(r, args, self.now, &mut self.out);
+        self.c
+            .handle_sync(r, args, Now::at(self.now), &mut self.out);
         r
     }
 
@@ -91,13 +94,13 @@ impl Sim {
                 group_instance_id: None,
                 generation_id: generation,
             },
-            self.now,
+            Now::at(self.now),
         )
     }
 
     fn advance(&mut self, ms: i64) {
         self.now += ms;
-        self.c.tick(self.now, &mut self.out);
+        self.c.tick(Now::at(self.now), &mut self.out);
     }
 
     /// Takes the join answer for `r`, if produced.
@@ -278,7 +281,7 @@ fn rebalance_on_leave_and_expiry() {
             member_id: ids[2].clone(),
             group_instance_id: None,
         }],
-        s.now,
+        Now::at(s.now),
         &mut s.out,
     );
     assert_eq!(res.members[0].2, None);
@@ -383,12 +386,12 @@ fn static_member_rejoin_without_rebalance() {
         assignments: vec![],
     };
     let r = 999;
-    s.c.handle_sync(r, args.clone(), s.now, &mut s.out);
+    s.c.handle_sync(r, args.clone(), Now::at(s.now), &mut s.out);
     assert_eq!(s.sync_reply(r).expect("sync").assignment, Bytes::from("F"));
     assert_eq!(s.heartbeat(&leader.member_id, generation), None);
     // The old incarnation is fenced.
     args.member_id = follower.member_id.clone();
-    s.c.handle_sync(1000, args, s.now, &mut s.out);
+    s.c.handle_sync(1000, args, Now::at(s.now), &mut s.out);
     assert_eq!(
         s.sync_reply(1000).expect("fenced").error,
         Some(ErrorCode::FencedInstanceId)
@@ -485,23 +488,23 @@ fn offset_commit_fetch_delete() {
         }],
     };
     assert_eq!(
-        s.c.handle_offset_commit(7, commit(&ids[0], generation + 1), s.now)
+        s.c.handle_offset_commit(7, commit(&ids[0], generation + 1), Now::at(s.now))
             .err(),
         Some(ErrorCode::IllegalGeneration)
     );
     assert_eq!(
-        s.c.handle_offset_commit(7, commit("ghost", generation), s.now)
+        s.c.handle_offset_commit(7, commit("ghost", generation), Now::at(s.now))
             .err(),
         Some(ErrorCode::UnknownMemberId)
     );
     let plan =
-        s.c.handle_offset_commit(7, commit(&ids[0], generation), s.now)
+        s.c.handle_offset_commit(7, commit(&ids[0], generation), Now::at(s.now))
             .expect("accepted");
     assert_eq!(plan.results, vec![None]);
     assert_eq!(plan.records.len(), 1);
     // Not visible until durable.
     assert_eq!(s.c.handle_offset_fetch("g", None).len(), 0);
-    s.c.apply_commit("g", 7, plan.accepted, s.now);
+    s.c.apply_commit("g", 7, plan.accepted, Now::at(s.now));
     let fetched =
         s.c.handle_offset_fetch("g", Some(vec![("t".into(), 0), ("t".into(), 1)]));
     assert_eq!(fetched[0].offset, 42);
@@ -520,7 +523,7 @@ fn offset_commit_fetch_delete() {
     // A simple (generation -1) commit to an unknown group creates it.
     let mut simple = commit("", -1);
     simple.group_id = "simple".into();
-    assert!(s.c.handle_offset_commit(7, simple, s.now).is_ok());
+    assert!(s.c.handle_offset_commit(7, simple, Now::at(s.now)).is_ok());
     assert_eq!(s.c.group_state("simple"), GroupState::Empty);
 }
 
@@ -539,7 +542,7 @@ fn delete_group() {
             member_id: ids[0].clone(),
             group_instance_id: None,
         }],
-        s.now,
+        Now::at(s.now),
         &mut s.out,
     );
     assert_eq!(s.c.group_state("g"), GroupState::Empty);
@@ -577,14 +580,14 @@ fn load_from_records_round_trip() {
                         metadata: None,
                     }],
                 },
-                s.now,
+                Now::at(s.now),
             )
             .expect("ok");
         s.out.push(Output::Append {
             partition: 7,
             records: plan.records.clone(),
         });
-        s.c.apply_commit("g", 7, plan.accepted, s.now);
+        s.c.apply_commit("g", 7, plan.accepted, Now::at(s.now));
     }
     // Another group, created then deleted: its tombstones must win on replay.
     let mut gone = Sim::join_args("", None, &["range"]);
@@ -599,7 +602,7 @@ fn load_from_records_round_trip() {
             member_id: gm,
             group_instance_id: None,
         }],
-        s.now,
+        Now::at(s.now),
         &mut s.out,
     );
     assert_eq!(s.c.handle_delete_group("gone", &mut s.out), None);
@@ -607,10 +610,10 @@ fn load_from_records_round_trip() {
     let mut loaded = Coordinator::new(GroupConfig::default());
     for r in &records {
         loaded
-            .load_record(7, &r.key, r.value.as_deref(), 5)
+            .load_record(7, &r.key, r.value.as_deref(), Now::at(5))
             .expect("decodes");
     }
-    loaded.finish_load(7, 5);
+    loaded.finish_load(7, Now::at(5));
     assert_eq!(loaded.group_state("g"), GroupState::Stable);
     assert_eq!(loaded.group_state("gone"), GroupState::Dead);
     assert_eq!(loaded.generation("g"), generation);
@@ -629,12 +632,14 @@ fn load_from_records_round_trip() {
                 group_instance_id: None,
                 generation_id: generation,
             },
-            6,
+            Now::at(6),
         ),
         None
     );
     // Garbage is an error, not a panic.
-    assert!(loaded.load_record(7, &[0, 1, 0], Some(&[1]), 5).is_err());
+    assert!(loaded
+        .load_record(7, &[0, 1, 0], Some(&[1]), Now::at(5))
+        .is_err());
 }
 
 /// Offsets of a group Empty for longer than the retention are expired with tombstones.
@@ -657,14 +662,14 @@ fn offset_retention_for_empty_groups() {
                     metadata: None,
                 }],
             },
-            s.now,
+            Now::at(s.now),
         )
         .expect("simple commit");
-    s.c.apply_commit("g", 7, plan.accepted, s.now);
-    s.c.expire_offsets(s.now + 1000, &mut s.out);
+    s.c.apply_commit("g", 7, plan.accepted, Now::at(s.now));
+    s.c.expire_offsets(Now::at(s.now + 1000), &mut s.out);
     assert_eq!(s.c.handle_offset_fetch("g", None).len(), 1);
     let retention = s.c.config().offsets_retention_ms;
-    s.c.expire_offsets(s.now + retention + 1, &mut s.out);
+    s.c.expire_offsets(Now::at(s.now + retention + 1), &mut s.out);
     assert_eq!(s.c.handle_offset_fetch("g", None).len(), 0);
     let records = s.appends();
     assert!(!records.is_empty() && records.iter().all(|r| r.value.is_none()));
@@ -745,7 +750,7 @@ fn leave_errors_and_static_leave() {
                 member_id: member.into(),
                 group_instance_id: instance.map(str::to_string),
             }],
-            s.now,
+            Now::at(s.now),
             &mut s.out,
         )
         .members[0]
@@ -766,4 +771,24 @@ fn leave_errors_and_static_leave() {
     assert_eq!(s.c.list(&["Stable".into()], &[]).len(), 0);
     assert_eq!(s.c.list(&[], &["classic".into()]).len(), 1);
     assert_eq!(s.c.list(&[], &["consumer".into()]).len(), 0);
+}
+
+/// Sessions run on monotonic time: a wall-clock step of a day forward (NTP, an operator)
+/// expires no member, while the same step of monotonic time expires them all.
+#[test]
+fn wall_clock_step_expires_no_session() {
+    let mut s = Sim::new();
+    let (ids, generation) = s.stable_group(2);
+    let day_ms = 24 * 3600 * 1000;
+    let stepped = Now {
+        monotonic_ms: s.now + 1,
+        wall_ms: s.now + day_ms,
+    };
+    s.c.tick(stepped, &mut s.out);
+    assert_eq!(s.c.group_state("g"), GroupState::Stable);
+    for id in &ids {
+        assert_eq!(s.heartbeat(id, generation), None, "{id}");
+    }
+    s.advance(i64::from(SESSION) + 1);
+    assert_ne!(s.c.group_state("g"), GroupState::Stable);
 }

@@ -30,7 +30,8 @@ use tracing::{info, warn};
 
 use super::mesh::call;
 use super::ops::{ShardOp, ShardReply};
-use super::{now_ms, ShardCtx};
+use super::ShardCtx;
+use crate::clock::Now;
 use crate::group::{
     CommitArgs, Coordinator, ErrorCode, FetchedOffset, GroupDescription, GroupListing,
     HeartbeatArgs, JoinArgs, JoinResult, LeaveMember, LeaveResult, LogRecord, Output, RequestId,
@@ -208,7 +209,7 @@ async fn serve(ctx: &Rc<ShardCtx>, partition: i32, req: GroupRequest) -> GroupRe
             Some(true) => {}
         }
     }
-    let now = now_ms();
+    let now = ctx.shared.clock.now();
     let mut out = Vec::new();
     match req {
         GroupRequest::Join(args) => {
@@ -288,7 +289,7 @@ async fn serve(ctx: &Rc<ShardCtx>, partition: i32, req: GroupRequest) -> GroupRe
 }
 
 /// OffsetCommit: append, wait until durable, then make the offsets visible and answer.
-async fn commit(ctx: &Rc<ShardCtx>, partition: i32, args: CommitArgs, now: i64) -> GroupReply {
+async fn commit(ctx: &Rc<ShardCtx>, partition: i32, args: CommitArgs, now: Now) -> GroupReply {
     let group_id = args.group_id.clone();
     let count = args.offsets.len();
     let plan = ctx
@@ -395,7 +396,8 @@ fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<D
         );
         return None;
     };
-    let now = now_ms();
+    // Record timestamps are dates: wall time.
+    let now = ctx.shared.clock.wall_ms();
     let batch = match encode_batch(records, now) {
         Ok(b) => b,
         Err(e) => {
@@ -565,7 +567,7 @@ pub fn become_coordinator(ctx: &Rc<ShardCtx>, partition: i32) {
         ctx.groups
             .coordinator
             .borrow_mut()
-            .finish_load(partition, now_ms());
+            .finish_load(partition, ctx.shared.clock.now());
         ctx.groups.led.borrow_mut().insert(partition, true);
         if records > 0 {
             info!(
@@ -635,7 +637,7 @@ async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -
                     break;
                 }
             };
-            let now = now_ms();
+            let now = ctx.shared.clock.now();
             let mut coordinator = ctx.groups.coordinator.borrow_mut();
             for r in set.records {
                 offset = offset.max(r.offset + 1);
@@ -666,7 +668,10 @@ pub async fn ticker(ctx: Rc<ShardCtx>) {
             return;
         }
         let mut out = Vec::new();
-        ctx.groups.coordinator.borrow_mut().tick(now_ms(), &mut out);
+        ctx.groups
+            .coordinator
+            .borrow_mut()
+            .tick(ctx.shared.clock.now(), &mut out);
         // Timer-driven records (group metadata, expired offsets) need no answer; their
         // durability follows the partition's flush policy.
         for w in run_outputs(&ctx, out) {

@@ -32,6 +32,9 @@ pub struct Shared {
     pub quorum: Arc<crate::cluster::quorum::Quorum>,
     /// Free space of the data directory and the reserve under which produce is refused.
     pub disk: Arc<crate::storage::DiskSpace>,
+    /// The broker's clocks: monotonic for timers (replica lag, group sessions), wall for
+    /// record timestamps and retention.
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl Shared {
@@ -214,22 +217,4 @@ impl ShardCtx {
             .map(|m| m.iter().map(|(i, p)| (*i, p.clone())).collect())
             .unwrap_or_default()
     }
-}
-
-/// Milliseconds of a monotonic clock, for replication timers (lag, timeouts): wall-clock
-/// jumps must not shrink an ISR.
-pub fn mono_ms() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-}
-
-/// Milliseconds since the Unix epoch, the timestamp unit of Kafka.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

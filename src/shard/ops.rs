@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::future::LocalBoxFuture;
 
-use super::{now_ms, ShardCtx};
+use super::ShardCtx;
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::record_batch::{recompress, BatchError, BatchHeader, BatchIter, RecordsError};
@@ -314,7 +314,7 @@ fn start_produce(
     timeout_ms: i32,
     parts: Vec<(TopicPartition, Option<Bytes>)>,
 ) -> LocalBoxFuture<'static, ShardReply> {
-    let now = now_ms();
+    let now = ctx.shared.clock.wall_ms();
     let staged: Vec<(TopicPartition, Staged)> = parts
         .into_iter()
         .map(|(tp, records)| (tp.clone(), stage(&ctx, acks, tp, records, now)))
@@ -342,13 +342,13 @@ fn start_produce(
                                 }
                             })
                         }
-                        _ => stage(&ctx, acks, tp, records, now_ms()),
+                        _ => stage(&ctx, acks, tp, records, ctx.shared.clock.wall_ms()),
                     }
                 }
                 other => other,
             };
             let waited = matches!(s, Staged::Waiting(_));
-            let s = finish_waiting(s, deadline).await;
+            let s = finish_waiting(&ctx, s, deadline).await;
             if waited {
                 super::replica::on_local_append(&ctx, &tp);
             }
@@ -544,7 +544,7 @@ fn apply_compression_type(
 
 /// Completes a `Staged::Waiting` by waiting (until `deadline`) for room in the log's staging
 /// buffer: a producer that outruns the disk is slowed down, not refused.
-async fn finish_waiting(mut staged: Staged, deadline: Instant) -> Staged {
+async fn finish_waiting(ctx: &ShardCtx, mut staged: Staged, deadline: Instant) -> Staged {
     while let Staged::Waiting(appending) = staged {
         let room = appending
             .partition
@@ -556,7 +556,7 @@ async fn finish_waiting(mut staged: Staged, deadline: Instant) -> Staged {
         })
         .await;
         staged = match waited {
-            Some(Ok(())) => appending.advance(now_ms()),
+            Some(Ok(())) => appending.advance(ctx.shared.clock.wall_ms()),
             Some(Err(e)) => {
                 Staged::Failed(ProduceResult::error(e.error_code(), Some(e.to_string())))
             }

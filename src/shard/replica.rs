@@ -30,7 +30,7 @@ use tracing::{debug, error, info, warn};
 
 use super::ops::TopicPartition;
 use super::peer::PeerConnection;
-use super::{mono_ms, ShardCtx};
+use super::ShardCtx;
 use crate::cluster::catalog::{Catalog, PartitionMeta};
 use crate::cluster::controller::{ControllerRequest, ControllerResponse};
 use crate::limits::{
@@ -166,7 +166,7 @@ impl Replicas {
 
 /// The leader's log grew (an append): count it towards the high watermark.
 pub fn on_local_append(ctx: &Rc<ShardCtx>, tp: &TopicPartition) {
-    let now = mono_ms();
+    let now = ctx.shared.clock.monotonic_ms();
     if let Some((p, cmds)) = ctx
         .replicas
         .leader_commands(tp, |s, p| s.handle_local_leo(p.log_end(), now))
@@ -184,7 +184,7 @@ pub fn on_follower_fetch(
     fetch_offset: i64,
     current_leader_epoch: i32,
 ) -> Result<i64, ErrorCode> {
-    let now = mono_ms();
+    let now = ctx.shared.clock.monotonic_ms();
     let mut outcome = Err(ErrorCode::NotLeaderOrFollower);
     let cmds = ctx.replicas.leader_commands(tp, |s, p| {
         // Our own log end first, so a follower at the end counts as caught up.
@@ -465,7 +465,7 @@ fn update_role(
     min_isr: usize,
     ineligible: Vec<i32>,
 ) {
-    let now = mono_ms();
+    let now = ctx.shared.clock.monotonic_ms();
     let lag = ctx.shared.config.replica_lag_time_max_ms;
     let is_offsets = tp.topic == crate::group::OFFSETS_TOPIC;
     let mut roles = ctx.replicas.roles.borrow_mut();
@@ -603,7 +603,7 @@ pub async fn metadata_loop(ctx: Rc<ShardCtx>) {
 
 /// Leaders check their own log end and their followers' lag (ISR shrink).
 fn tick_leaders(ctx: &Rc<ShardCtx>) {
-    let now = mono_ms();
+    let now = ctx.shared.clock.monotonic_ms();
     let tps: Vec<TopicPartition> = ctx
         .replicas
         .roles
@@ -684,7 +684,7 @@ fn set_next(
     if let Some(Role::Follower(fr)) = ctx.replicas.roles.borrow_mut().get_mut(tp) {
         if fr.state.leader() == leader && fr.state.leader_epoch() == epoch {
             fr.stalled_at_ms = if next.is_none() {
-                Some(mono_ms())
+                Some(ctx.shared.clock.monotonic_ms())
             } else {
                 None
             };
@@ -696,7 +696,7 @@ fn set_next(
 /// Followers the leader refused start over once the backoff has passed (see
 /// `FollowerRole::stalled_at_ms`). A new metadata image replaces them anyway.
 fn retry_stalled_followers(ctx: &Rc<ShardCtx>) {
-    let now = mono_ms();
+    let now = ctx.shared.clock.monotonic_ms();
     let mut restarted = false;
     for role in ctx.replicas.roles.borrow_mut().values_mut() {
         let Role::Follower(fr) = role else { continue };

@@ -28,6 +28,7 @@ use futures::channel::oneshot;
 use super::storage::{DiskStorage, MemLog};
 use super::transport::{Frame, ReplyStatus, Transport};
 use super::RaftError;
+use crate::clock::Clock;
 use crate::cluster::machine::MetadataMachine;
 
 /// Requests waiting for the leader (or for a leader) before new ones are refused.
@@ -93,6 +94,12 @@ pub struct DriverConfig {
     pub election_ticks: usize,
     pub request_timeout: Duration,
     pub snapshot_every_entries: u64,
+    /// Read for the controller's `now_ms`: monotonic milliseconds. Broker sessions and the
+    /// rebalance interval are timeouts, so a wall-clock step (NTP, an operator) must not move
+    /// them: with wall time, a step forward on the active controller expired every broker's
+    /// session at once and fenced them all. The values never leave this process (a new
+    /// active controller restarts every session), so the clock's origin does not matter.
+    pub clock: Arc<dyn Clock>,
 }
 
 enum Origin {
@@ -187,16 +194,6 @@ fn retry_frame() -> Frame {
     }
 }
 
-/// The controller's clock: monotonic milliseconds since this process started. Broker
-/// sessions and the rebalance interval are timeouts, so a wall-clock step (NTP, an operator)
-/// must not move them: with wall time, a step forward on the active controller expired every
-/// broker's session at once and fenced them all. The values never leave this process (a new
-/// active controller restarts every session), so a per-process origin is enough.
-fn now_ms() -> u64 {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
 pub struct Driver {
     node: RawNode<MemLog>,
     disk: DiskStorage,
@@ -227,6 +224,11 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// The controller's time (see `DriverConfig::clock`).
+    fn now_ms(&self) -> u64 {
+        self.cfg.clock.monotonic_ms()
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         node: RawNode<MemLog>,
@@ -325,7 +327,7 @@ impl Driver {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.leader.store(0, Ordering::Release);
         if self.active {
-            self.machine.on_leadership(false, now_ms());
+            self.machine.on_leadership(false, self.now_ms());
         }
         for q in self.queue.drain(..) {
             if let Origin::Local(reply) = q.origin {
@@ -542,7 +544,7 @@ impl Driver {
     fn on_tick(&mut self) {
         let now = Instant::now();
         if self.active && self.idle_leader() {
-            let entries = self.machine.tick(now_ms());
+            let entries = self.machine.tick(self.now_ms());
             if !entries.is_empty() {
                 if let Err(e) = self.node.propose(Vec::new(), encode_batch(&entries)) {
                     tracing::warn!(error = %e, "controller tick entries were not proposed");
@@ -664,7 +666,7 @@ impl Driver {
                 node = self.self_id - 1,
                 "this node is the active controller"
             );
-            self.machine.on_leadership(true, now_ms());
+            self.machine.on_leadership(true, self.now_ms());
         }
         while let Some(q) = self.queue.pop_front() {
             if self.is_leader {
@@ -672,7 +674,7 @@ impl Driver {
                     self.queue.push_front(q);
                     return;
                 }
-                let (entries, response) = self.machine.handle_request(&q.request, now_ms());
+                let (entries, response) = self.machine.handle_request(&q.request, self.now_ms());
                 if entries.is_empty() {
                     let index = self.applied;
                     self.answer(q.origin, index, response);
@@ -811,7 +813,7 @@ impl Driver {
         }
         if !leads && self.active {
             self.active = false;
-            self.machine.on_leadership(false, now_ms());
+            self.machine.on_leadership(false, self.now_ms());
         }
         if !leads && self.is_leader {
             // Requests forwarded to us can no longer be decided here: their origins retry.
@@ -1034,7 +1036,7 @@ mod tests {
     fn controller_clock_is_monotonic_not_wall_time() {
         let ten_years_ms = 10 * 365 * 24 * 3600 * 1000u64;
         assert!(
-            now_ms() < ten_years_ms,
+            crate::clock::SystemClock.monotonic_ms() < ten_years_ms,
             "the controller reads the wall clock"
         );
     }

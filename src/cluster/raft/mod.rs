@@ -32,6 +32,7 @@ use ::raft::eraftpb::{ConfState, Snapshot};
 use ::raft::storage::MemStorage;
 use ::raft::RawNode;
 
+use crate::clock::{Clock, SystemClock};
 use crate::cluster::machine::MetadataMachine;
 use driver::{Driver, DriverConfig, Event, Shared};
 use storage::{DiskStorage, MemLog};
@@ -88,6 +89,9 @@ pub struct RaftConfig {
     /// Snapshot and compact after this many applied entries since the last snapshot (0 = never).
     pub snapshot_every_entries: u64,
     pub request_timeout_ms: u64,
+    /// The controller's clock: its monotonic time drives broker sessions and the
+    /// leader-rebalance interval (`Controller::tick`, `handle_request`).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl RaftConfig {
@@ -103,6 +107,7 @@ impl RaftConfig {
             heartbeat_ticks: 2,
             snapshot_every_entries: 1000,
             request_timeout_ms: 10_000,
+            clock: SystemClock::shared(),
         }
     }
 }
@@ -326,6 +331,7 @@ impl MetadataLog {
                 election_ticks: cfg.election_ticks,
                 request_timeout: Duration::from_millis(cfg.request_timeout_ms),
                 snapshot_every_entries: cfg.snapshot_every_entries,
+                clock: cfg.clock.clone(),
             },
             conf_state,
             self_id,

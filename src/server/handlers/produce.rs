@@ -45,7 +45,7 @@ pub async fn handle(
     // (as Redpanda does): the space left is kept for metadata, deletions and retention.
     let disk_full = ctx.shared.disk.produce_refused();
     if disk_full {
-        ctx.shared.disk.log_refused(crate::shard::mono_ms());
+        ctx.shared.disk.log_refused(ctx.shared.clock.monotonic_ms());
     }
     // Produce v4 is where clients learned KAFKA_STORAGE_ERROR; older ones get a retriable
     // code they know.
