@@ -507,11 +507,16 @@ mod tests {
             let held = b.acquire(MemoryClass::Requests, 50).await;
             let other = b.charge_forced(MemoryClass::Responses, 40);
             let b2 = b.clone();
-            let waiter = glommio::spawn_local(async move {
-                b2.acquire(MemoryClass::Requests, 30).await.bytes()
-            });
+            let waiter =
+                glommio::spawn_local(
+                    async move { b2.acquire(MemoryClass::Requests, 30).await.bytes() },
+                );
             glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
-            assert_eq!(b.used(), 90, "the waiter must not take bytes that are not free");
+            assert_eq!(
+                b.used(),
+                90,
+                "the waiter must not take bytes that are not free"
+            );
             drop(other);
             assert_eq!(waiter.await, 30);
             drop(held);
