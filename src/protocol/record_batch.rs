@@ -53,6 +53,8 @@ pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
 pub const ATTR_TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
 pub const ATTR_TRANSACTIONAL: i16 = 0x10;
 pub const ATTR_CONTROL: i16 = 0x20;
+/// Set by the log cleaner: `baseTimestamp` is the batch's delete horizon (KIP-534).
+pub const ATTR_DELETE_HORIZON: i16 = 0x40;
 
 /// Why a batch was rejected.
 #[derive(Debug, Error, PartialEq, Eq, Clone)]
@@ -164,6 +166,17 @@ impl BatchHeader {
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & ATTR_TIMESTAMP_TYPE_LOG_APPEND != 0
     }
+    /// Records fill the batch's offset range, as a producer must send them (Kafka's
+    /// `LogValidator` refuses "inconsistent batch offset range"); only the cleaner writes
+    /// sparse batches.
+    pub fn is_dense(&self) -> bool {
+        self.records_count == 0 || self.last_offset_delta == self.records_count - 1
+    }
+    /// The delete horizon a cleaned batch carries (KIP-534): when the attribute bit is set,
+    /// `baseTimestamp` holds the time after which its tombstones may be removed.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & ATTR_DELETE_HORIZON != 0).then_some(self.base_timestamp)
+    }
     /// Sequence of the last record, wrapping at `i32::MAX` as Kafka does.
     pub fn last_sequence(&self) -> i32 {
         if self.base_sequence < 0 {
@@ -213,8 +226,12 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if header.records_count < 0 {
         return Err(BatchError::BadRecordCount(header.records_count));
     }
+    // A batch may hold fewer records than its offset range: the log cleaner removes records
+    // but keeps `lastOffsetDelta` (Kafka's `overrideLastOffset`), so producer state still
+    // sees the batch's last sequence. A producer's batch must be dense: see
+    // [`BatchHeader::is_dense`], which the produce path checks.
     if header.last_offset_delta < 0
-        || (header.records_count > 0 && header.last_offset_delta != header.records_count - 1)
+        || header.records_count as i64 > header.last_offset_delta as i64 + 1
     {
         return Err(BatchError::BadOffsetDelta {
             delta: header.last_offset_delta,
@@ -373,18 +390,41 @@ pub fn recompress(
     codec: i16,
     decompressed_max: usize,
 ) -> Result<bytes::BytesMut, RecordsError> {
-    use bytes::BufMut;
-    use kafka_protocol::compression::{self as codecs, Compressor};
     let header = validate(batch)?;
     let records = decompressed_records(batch, decompressed_max)?;
-    let fixed = batch.get(..BATCH_HEADER_LEN).ok_or(BatchError::Truncated {
-        need: BATCH_HEADER_LEN,
-        have: batch.len(),
-    })?;
+    let attributes = (header.attributes & !ATTR_COMPRESSION_MASK) | codec;
+    build_batch(
+        &BatchHeader {
+            attributes,
+            ..header
+        },
+        &records,
+    )
+}
+
+/// Encodes a whole batch from `header` and its uncompressed records section, compressing
+/// the records with the codec `header.attributes` names. Every header field is written as
+/// given except `batchLength` and `crc`, which are computed (and `magic`, always 2).
+pub fn build_batch(header: &BatchHeader, records: &[u8]) -> Result<bytes::BytesMut, RecordsError> {
+    use bytes::BufMut;
+    use kafka_protocol::compression::{self as codecs, Compressor};
+    let codec = header.compression();
     let mut out = bytes::BytesMut::with_capacity(BATCH_HEADER_LEN + records.len());
-    out.put_slice(fixed);
+    out.put_i64(header.base_offset);
+    out.put_i32(0); // batchLength, written below
+    out.put_i32(header.partition_leader_epoch);
+    out.put_i8(MAGIC_V2);
+    out.put_u32(0); // crc, written below
+    out.put_i16(header.attributes);
+    out.put_i32(header.last_offset_delta);
+    out.put_i64(header.base_timestamp);
+    out.put_i64(header.max_timestamp);
+    out.put_i64(header.producer_id);
+    out.put_i16(header.producer_epoch);
+    out.put_i32(header.base_sequence);
+    out.put_i32(header.records_count);
     let fill = |tmp: &mut bytes::BytesMut| {
-        tmp.put_slice(&records);
+        tmp.put_slice(records);
         Ok(())
     };
     let fail = |e: anyhow::Error| RecordsError::Compress {
@@ -392,7 +432,7 @@ pub fn recompress(
         message: e.to_string(),
     };
     match codec {
-        CODEC_NONE => out.put_slice(&records),
+        CODEC_NONE => out.put_slice(records),
         CODEC_GZIP => codecs::Gzip::compress(&mut out, fill).map_err(fail)?,
         CODEC_SNAPPY => codecs::Snappy::compress(&mut out, fill).map_err(fail)?,
         CODEC_LZ4 => codecs::Lz4::compress(&mut out, fill).map_err(fail)?,
@@ -404,12 +444,97 @@ pub fn recompress(
             len: out.len(),
             max: i32::MAX as usize,
         })?;
-    let attributes = (header.attributes & !ATTR_COMPRESSION_MASK) | codec;
     put_at(&mut out, BATCH_LENGTH_POS, &batch_length.to_be_bytes());
-    put_at(&mut out, ATTRIBUTES_POS, &attributes.to_be_bytes());
     let crc = compute_crc(&out);
     put_at(&mut out, CRC_POS, &crc.to_be_bytes());
     Ok(out)
+}
+
+/// One record of a decompressed records section (Kafka's `DefaultRecord`), borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i64,
+    /// `None` for a null key.
+    pub key: Option<&'a [u8]>,
+    /// `None` for a null value: a tombstone.
+    pub value: Option<&'a [u8]>,
+    /// Everything after `offsetDelta` as stored: key, value and headers. Re-encoding a
+    /// record with another timestamp delta copies this unchanged.
+    pub tail: &'a [u8],
+}
+
+/// Parses the `count` records of a decompressed records section. Bounded by the input: a
+/// length that runs past the section is `BadRecord`, never a panic.
+pub fn parse_records(records: &[u8], count: i32) -> Result<Vec<RecordView<'_>>, RecordsError> {
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(records.len()));
+    let mut pos = 0usize;
+    for index in 0..count {
+        let bad = |why| RecordsError::BadRecord { index, why };
+        let len = read_varlong(records, &mut pos).ok_or(bad("truncated length"))?;
+        let len = usize::try_from(len).map_err(|_| bad("negative length"))?;
+        let end = pos.checked_add(len).ok_or(bad("length overflows"))?;
+        let body = records.get(pos..end).ok_or(bad("truncated record"))?;
+        let attributes = *body.first().ok_or(bad("empty record"))? as i8;
+        let mut at = 1usize;
+        let timestamp_delta = read_varlong(body, &mut at).ok_or(bad("truncated timestamp"))?;
+        let offset_delta = read_varlong(body, &mut at).ok_or(bad("truncated offset"))?;
+        let tail = body.get(at..).unwrap_or_default();
+        let key = read_nullable_bytes(body, &mut at).ok_or(bad("truncated key"))?;
+        let value = read_nullable_bytes(body, &mut at).ok_or(bad("truncated value"))?;
+        out.push(RecordView {
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            tail,
+        });
+        pos = end;
+    }
+    if pos != records.len() {
+        return Err(RecordsError::BadRecord {
+            index: count,
+            why: "bytes after the last record",
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a varint length and that many bytes; length -1 is null.
+fn read_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Option<Option<&'a [u8]>> {
+    let len = read_varlong(buf, pos)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let end = pos.checked_add(usize::try_from(len).ok()?)?;
+    let bytes = buf.get(*pos..end)?;
+    *pos = end;
+    Some(Some(bytes))
+}
+
+/// Appends a zigzag varint (Kafka's record fields).
+fn write_varlong(out: &mut Vec<u8>, value: i64) {
+    let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+    while raw >= 0x80 {
+        out.push((raw as u8) | 0x80);
+        raw >>= 7;
+    }
+    out.push(raw as u8);
+}
+
+/// Appends one record to an uncompressed records section: `record` with its timestamp
+/// delta replaced by `timestamp_delta` (the cleaner moves a batch's base timestamp to its
+/// delete horizon, so the deltas of the records it keeps are rewritten).
+pub fn encode_record(out: &mut Vec<u8>, record: &RecordView<'_>, timestamp_delta: i64) {
+    let mut head = Vec::with_capacity(24);
+    head.push(record.attributes as u8);
+    write_varlong(&mut head, timestamp_delta);
+    write_varlong(&mut head, record.offset_delta);
+    write_varlong(out, (head.len() + record.tail.len()) as i64);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(record.tail);
 }
 
 /// Splits a buffer holding zero or more whole batches (a Produce partition's `records`, or

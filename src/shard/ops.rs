@@ -450,6 +450,19 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
     for item in BatchIter::new(records) {
         match item {
             Ok((pos, header)) => {
+                if !header.is_dense() {
+                    // Only the cleaner writes batches with gaps; a producer's are dense.
+                    return Staged::Failed(ProduceResult::error(
+                        ErrorCode::CorruptMessage,
+                        Some(
+                            BatchError::BadOffsetDelta {
+                                delta: header.last_offset_delta,
+                                count: header.records_count,
+                            }
+                            .to_string(),
+                        ),
+                    ));
+                }
                 rewrite |= !header.is_control()
                     && config.compression.rewrite(header.compression()).is_some();
                 if header.total_len() > max {

@@ -31,6 +31,7 @@
 //! stored but bypass sequence checks), compaction.
 
 mod budget;
+pub mod cleaner;
 mod config;
 mod epoch_checkpoint;
 mod file_io;
