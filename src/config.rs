@@ -54,7 +54,7 @@ pub struct Config {
     pub auto_create_topics_enable: bool,
     /// Kafka's num.partitions: partitions of an auto-created topic.
     pub num_partitions: i32,
-    /// Kafka's default.replication.factor (a single node only supports 1).
+    /// Kafka's default.replication.factor: replicas of a topic created with -1.
     pub default_replication_factor: i16,
     /// Largest request frame accepted (Kafka's socket.request.max.bytes).
     pub socket_request_max_bytes: usize,

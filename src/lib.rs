@@ -1,13 +1,24 @@
 //! Strata: a Kafka-compatible streaming log broker, thread-per-core on io_uring.
 //!
-//! Module map (see `../shared/STYLE.md`):
+//! Module map, lowest layer first (see `../shared/DESIGN.md`, `../shared/STYLE.md`). Imports
+//! point down this list; `tests/layers.rs` holds the exact table of allowed arrows and fails
+//! on an upward one or a cycle.
+//! - [`limits`], [`clock`], [`alloc`]: every named bound; time passed in (monotonic for
+//!   timeouts, wall for dates); the global allocator.
 //! - [`protocol`]: Kafka wire format — framing, record batches, error codes, API versions. Pure.
-//! - [`storage`]: partition logs on disk — segments, indexes, recovery, retention, producer state.
-//! - [`cluster`]: the catalog of topics and the placement of partitions on shards.
-//! - [`shard`]: executors pinned to cores, the channel mesh between them, per-shard operations.
+//! - [`replication`]: ISR, high watermark and leader epochs as sans-IO state machines.
+//! - [`group`]: the consumer-group coordinator as a sans-IO state machine, and its records.
+//! - [`storage`]: partition logs on disk — segments, indexes, recovery, retention, producer
+//!   state, the per-shard memory budget. File I/O through glommio.
+//! - [`config`]: typed configuration, defaults, validation.
+//! - [`cluster`]: cluster metadata — the catalog, placement, the controller (sans-IO) and the
+//!   Raft metadata log (`cluster::raft`) with its quorum client (`cluster::quorum`).
+//! - [`shard`]: executors' per-shard state, the channel mesh, partition operations, replica
+//!   roles and fetchers, the group coordinator's I/O.
 //! - [`server`]: listener, connections, request dispatch and one handler file per Kafka API.
+//! - [`broker`]: starts and stops a broker: quorum, shards, listeners.
 //! - [`client`]: a small Kafka client used by the command line and `strata bench`.
-//! - [`cli`]: the client-side subcommands (`topic`, `produce`, `consume`).
+//! - [`cli`]: the client-side subcommands (`topic`, `produce`, `consume`, `group`, ...).
 //! - [`bench`]: `strata bench produce|consume|e2e`, the load harness.
 #![deny(clippy::unwrap_used)]
 

@@ -1,12 +1,12 @@
-//! The catalog: topics, their ids, partition placement and config overrides.
+//! The catalog: the metadata image every node holds — brokers, topics and their ids, each
+//! partition's replicas (and the shard owning each replica), ISR, leader and epochs, config
+//! overrides, the cluster id and the producer-id blocks handed out.
 //!
-//! Readers (every request) take a lock-free snapshot (`ArcSwap`); writers (CreateTopics,
-//! DeleteTopics, CreatePartitions, config changes — the control plane) serialise on a mutex,
-//! persist the new catalog atomically (write temp, fsync, rename, fsync dir) and publish it.
-//! The data path never takes the mutex.
+//! It is never edited directly: the metadata log's thread applies committed records to it
+//! (`cluster::apply`, in log order on every node) and publishes the result through
+//! `CatalogStore`; the log itself is what persists it. Readers (every request, every shard)
+//! take a lock-free snapshot (`ArcSwap`), so the data path never waits on the control plane.
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -215,20 +215,4 @@ impl CatalogStore {
         self.current.store(Arc::new(catalog));
         self.version.fetch_add(1, Ordering::AcqRel);
     }
-}
-
-/// Writes a small file so that a crash leaves either the old or the new contents: temp
-/// file, fsync, rename over the target, fsync the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }

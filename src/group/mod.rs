@@ -2,7 +2,8 @@
 //!
 //! [`Coordinator`] holds every group whose `__consumer_offsets` partition a shard owns: members,
 //! generations, assignments and committed offsets. It never touches a socket, a file or a
-//! clock: inputs are `handle_*` calls carrying `now_ms`, and outputs are pushed onto a
+//! clock: inputs are `handle_*` calls carrying a `clock::Now` (monotonic time for timers,
+//! wall time for commit and state timestamps), and outputs are pushed onto a
 //! `Vec<Output>` — "answer the JoinGroup/SyncGroup request with this id", "append these
 //! records to partition p". Timeouts (initial rebalance delay, rebalance timeout, session
 //! expiry, pending-sync expiry, offset retention) advance only in [`Coordinator::tick`], so

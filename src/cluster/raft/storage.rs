@@ -31,7 +31,6 @@ use ::raft::{GetEntriesContext, RaftState, Storage, StorageError};
 use protobuf::Message as _;
 
 use super::RaftError;
-use crate::cluster::catalog::write_atomically;
 
 /// The largest log record accepted when reading the log back; a larger length prefix can only
 /// be corruption (entries are bounded by the frame limit long before this).
@@ -383,4 +382,20 @@ impl Storage for MemLog {
         }
         Ok(self.snapshot.clone())
     }
+}
+
+/// Writes a small file so that a crash leaves either the old or the new contents: temp
+/// file, fsync, rename over the target, fsync the directory.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

@@ -1,4 +1,5 @@
-//! CreatePartitions: grow a topic; new partitions are placed on the least-loaded shards.
+//! CreatePartitions: grow a topic; the controller places the new partitions' replicas over the
+//! unfenced brokers (and each on its broker's least-loaded shard).
 use std::rc::Rc;
 
 use kafka_protocol::messages::create_partitions_response::*;
@@ -20,7 +21,7 @@ pub async fn handle(
         let r = if t.assignments.is_some() {
             Err(AdminError::new(
                 ErrorCode::InvalidReplicaAssignment,
-                "manual assignments are not supported on a single broker",
+                "manual assignments are not supported; move replicas with AlterPartitionReassignments",
             ))
         } else {
             add_partitions(ctx, &name, t.count, req.validate_only).await

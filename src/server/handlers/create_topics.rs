@@ -1,5 +1,6 @@
-//! CreateTopics: validate names, partition counts, replication factor and configs; record
-//! the topic and open its partitions on their shards.
+//! CreateTopics: validate names, partition counts, replication factor and configs here, then
+//! ask the active controller, which places the replicas and records the topic; each broker's
+//! shards open their replicas as they apply the new metadata.
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -32,7 +33,7 @@ pub async fn handle(
         let result = if !t.assignments.is_empty() {
             Err(crate::server::admin::AdminError::new(
                 ErrorCode::InvalidRequest,
-                "manual replica assignments are not supported on a single broker",
+                "manual replica assignments are not supported; create the topic, then move replicas with AlterPartitionReassignments",
             ))
         } else {
             create_topic(

@@ -1,4 +1,5 @@
-//! FindCoordinator: this single node coordinates every group (key type 0). v4+ batches keys
+//! FindCoordinator: a group's coordinator (key type 0) is the leader of its
+//! `__consumer_offsets` partition (`group::partition_for`), created on the first request. v4+ batches keys
 //! (`coordinator_keys`); older versions carry one `key`. Transaction coordinators (key type 1)
 //! are not implemented: COORDINATOR_NOT_AVAILABLE.
 use std::rc::Rc;
