@@ -1,0 +1,552 @@
+//! The follower side: one fetcher task per leader broker, carrying every partition this
+//! shard follows from it. Each partition's `FollowerState` says what to send (validate the
+//! log with OffsetForLeaderEpoch, ListOffsets when there is nothing to validate against,
+//! Fetch); the answers come back to it, and its commands (truncate, append, follow the
+//! leader's log start) are carried out here.
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::{debug, info, warn};
+
+use super::Role;
+use crate::cluster::catalog::Catalog;
+use crate::limits::{FETCHER_BACKOFF_MS, METADATA_POLL_MS, PEER_REQUEST_TIMEOUT_MS};
+use crate::protocol::error::{error_from_code, ErrorCode};
+use crate::replication::follower::FollowerState;
+use crate::replication::{FollowerCommand, ReplicaError};
+use crate::shard::ops::TopicPartition;
+use crate::shard::peer::PeerConnection;
+use crate::shard::ShardCtx;
+use crate::storage::Partition;
+
+/// Versions of the requests a follower sends to its leader (both ends are Strata).
+pub(super) const FETCH_VERSION: i16 = 12;
+
+pub(super) const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
+
+pub(super) const LIST_OFFSETS_VERSION: i16 = 7;
+
+/// Kafka's replica.fetch.backoff.ms: how long a follower the leader refused waits before it
+/// tries again.
+pub(super) const FOLLOWER_RETRY_BACKOFF_MS: u64 = 1000;
+
+pub(super) fn code_to_replica_error(code: i16) -> ReplicaError {
+    match error_from_code(code) {
+        ErrorCode::FencedLeaderEpoch => ReplicaError::FencedLeaderEpoch,
+        ErrorCode::UnknownLeaderEpoch => ReplicaError::UnknownLeaderEpoch,
+        ErrorCode::OffsetOutOfRange => ReplicaError::OffsetOutOfRange,
+        _ => ReplicaError::NotLeaderOrFollower,
+    }
+}
+
+/// Starts a fetcher for every leader this shard follows and has none for.
+pub(super) fn start_fetchers(ctx: &Rc<ShardCtx>, catalog: &Catalog) {
+    let leaders: HashSet<i32> = ctx
+        .replicas
+        .roles
+        .borrow()
+        .values()
+        .filter_map(|r| match r {
+            Role::Follower(f) if f.state.leader() >= 0 => Some(f.state.leader()),
+            _ => None,
+        })
+        .collect();
+    for leader in leaders {
+        if leader == catalog.local_node || !ctx.replicas.fetchers.borrow_mut().insert(leader) {
+            continue;
+        }
+        let ctx2 = ctx.clone();
+        glommio::spawn_local(async move {
+            fetcher(ctx2.clone(), leader).await;
+            ctx2.replicas.fetchers.borrow_mut().remove(&leader);
+        })
+        .detach();
+    }
+}
+
+/// What a fetcher must send for one partition.
+pub(super) struct Pending {
+    tp: TopicPartition,
+    cmd: FollowerCommand,
+    leader_epoch: i32,
+    partition: Rc<Partition>,
+}
+
+pub(super) fn pending_for(ctx: &ShardCtx, leader: i32) -> Vec<Pending> {
+    ctx.replicas
+        .roles
+        .borrow()
+        .iter()
+        .filter_map(|(tp, r)| match r {
+            Role::Follower(f) if f.state.leader() == leader => f.next.clone().map(|cmd| Pending {
+                tp: tp.clone(),
+                cmd,
+                leader_epoch: f.state.leader_epoch(),
+                partition: f.partition.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(super) fn follows(ctx: &ShardCtx, leader: i32) -> bool {
+    ctx.replicas
+        .roles
+        .borrow()
+        .values()
+        .any(|r| matches!(r, Role::Follower(f) if f.state.leader() == leader))
+}
+
+/// Runs `f` on the follower state of `tp` if it still follows `leader` at `epoch`.
+pub(super) fn with_follower(
+    ctx: &ShardCtx,
+    tp: &TopicPartition,
+    leader: i32,
+    epoch: i32,
+    f: impl FnOnce(&mut FollowerState, &Partition) -> Vec<FollowerCommand>,
+) -> Vec<FollowerCommand> {
+    match ctx.replicas.roles.borrow_mut().get_mut(tp) {
+        Some(Role::Follower(fr))
+            if fr.state.leader() == leader && fr.state.leader_epoch() == epoch =>
+        {
+            f(&mut fr.state, &fr.partition)
+        }
+        _ => Vec::new(),
+    }
+}
+
+pub(super) fn set_next(
+    ctx: &ShardCtx,
+    tp: &TopicPartition,
+    leader: i32,
+    epoch: i32,
+    next: Option<FollowerCommand>,
+) {
+    if let Some(Role::Follower(fr)) = ctx.replicas.roles.borrow_mut().get_mut(tp) {
+        if fr.state.leader() == leader && fr.state.leader_epoch() == epoch {
+            fr.stalled_at_ms = if next.is_none() {
+                Some(ctx.shared.clock.monotonic_ms())
+            } else {
+                None
+            };
+            fr.next = next;
+        }
+    }
+}
+
+/// Followers the leader refused start over once the backoff has passed (see
+/// `FollowerRole::stalled_at_ms`). A new metadata image replaces them anyway.
+pub(super) fn retry_stalled_followers(ctx: &Rc<ShardCtx>) {
+    let now = ctx.shared.clock.monotonic_ms();
+    let mut restarted = false;
+    for role in ctx.replicas.roles.borrow_mut().values_mut() {
+        let Role::Follower(fr) = role else { continue };
+        let Some(since) = fr.stalled_at_ms else {
+            continue;
+        };
+        if fr.state.leader() < 0 || now.saturating_sub(since) < FOLLOWER_RETRY_BACKOFF_MS {
+            continue;
+        }
+        let p = &fr.partition;
+        let (state, first) = FollowerState::new(
+            fr.state.leader(),
+            fr.state.leader_epoch(),
+            p.log_end(),
+            p.hw(),
+            p.latest_epoch(),
+        );
+        fr.state = state;
+        fr.next = Some(first);
+        fr.stalled_at_ms = None;
+        restarted = true;
+    }
+    if restarted {
+        start_fetchers(ctx, &ctx.shared.catalog.load());
+    }
+}
+
+/// Carries out a follower's commands in order; the last request-type command becomes the
+/// partition's next request.
+pub(super) async fn run_follower_commands(
+    ctx: &Rc<ShardCtx>,
+    tp: &TopicPartition,
+    p: &Rc<Partition>,
+    leader: i32,
+    epoch: i32,
+    cmds: Vec<FollowerCommand>,
+) {
+    for cmd in cmds {
+        match cmd {
+            FollowerCommand::Truncate { to } => {
+                info!(topic = %tp.topic, partition = tp.partition, to, "truncating to the leader's history");
+                if let Err(e) = p.truncate_to(to).await {
+                    warn!(topic = %tp.topic, partition = tp.partition, "truncate: {e}");
+                }
+            }
+            FollowerCommand::TruncateFully { start } => {
+                info!(topic = %tp.topic, partition = tp.partition, start, "log behind the leader's start; starting over");
+                if let Err(e) = p.truncate_fully_and_start_at(start).await {
+                    warn!(topic = %tp.topic, partition = tp.partition, "truncate fully: {e}");
+                }
+            }
+            FollowerCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end())),
+            FollowerCommand::AwaitMetadata => set_next(ctx, tp, leader, epoch, None),
+            request => set_next(ctx, tp, leader, epoch, Some(request)),
+        }
+    }
+}
+
+/// One shard's fetcher for one leader: batches every partition this shard follows there
+/// into one OffsetForLeaderEpoch, ListOffsets or Fetch at a time.
+pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: i32) {
+    let me = ctx.shared.config.node_id;
+    let mut conn: Option<PeerConnection> = None;
+    let backoff = Duration::from_millis(FETCHER_BACKOFF_MS);
+    info!(shard = ctx.id, leader, "replica fetcher started");
+    loop {
+        if ctx.shutting_down.get() || !follows(&ctx, leader) {
+            info!(shard = ctx.id, leader, "replica fetcher stopped");
+            return;
+        }
+        let work = pending_for(&ctx, leader);
+        if work.is_empty() {
+            glommio::timer::sleep(Duration::from_millis(METADATA_POLL_MS)).await;
+            continue;
+        }
+        if conn.is_none() {
+            let catalog = ctx.shared.catalog.load();
+            let Some(b) = catalog.brokers.get(&leader) else {
+                glommio::timer::sleep(backoff).await;
+                continue;
+            };
+            let addr = format!("{}:{}", b.host, b.port);
+            match PeerConnection::connect(
+                &addr,
+                &format!("strata-replica-{me}"),
+                Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+            )
+            .await
+            {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    debug!(leader, "replica fetcher cannot connect: {e}");
+                    glommio::timer::sleep(backoff).await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let ok = if work
+            .iter()
+            .any(|w| matches!(w.cmd, FollowerCommand::SendOffsetForLeaderEpoch { .. }))
+        {
+            send_epoch_requests(&ctx, c, leader, &work).await
+        } else if work
+            .iter()
+            .any(|w| matches!(w.cmd, FollowerCommand::SendListOffsets))
+        {
+            send_list_offsets(&ctx, c, leader, &work).await
+        } else {
+            send_fetch(&ctx, c, leader, &work).await
+        };
+        if !ok {
+            conn = None;
+            for w in &work {
+                let cmds = with_follower(&ctx, &w.tp, leader, w.leader_epoch, |s, _| {
+                    s.handle_timeout()
+                });
+                run_follower_commands(&ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds)
+                    .await;
+            }
+            glommio::timer::sleep(backoff).await;
+        }
+    }
+}
+
+pub(super) async fn send_epoch_requests(
+    ctx: &Rc<ShardCtx>,
+    conn: &mut PeerConnection,
+    leader: i32,
+    work: &[Pending],
+) -> bool {
+    let asks: Vec<(&Pending, i32)> = work
+        .iter()
+        .filter_map(|w| match w.cmd {
+            FollowerCommand::SendOffsetForLeaderEpoch { epoch } => Some((w, epoch)),
+            _ => None,
+        })
+        .collect();
+    let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
+    for (w, epoch) in &asks {
+        let part = OffsetForLeaderPartition::default()
+            .with_partition(w.tp.partition)
+            .with_current_leader_epoch(w.leader_epoch)
+            .with_leader_epoch(*epoch);
+        match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
+            Some(t) => t.partitions.push(part),
+            None => topics.push(
+                OffsetForLeaderTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
+                    .with_partitions(vec![part]),
+            ),
+        }
+    }
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(ctx.shared.config.node_id))
+        .with_topics(topics);
+    let resp = match conn
+        .call(
+            &req,
+            OFFSET_FOR_LEADER_EPOCH_VERSION,
+            Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+        )
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            debug!(leader, "OffsetForLeaderEpoch: {e}");
+            return false;
+        }
+    };
+    for (w, epoch) in asks {
+        let answer = resp
+            .topics
+            .iter()
+            .filter(|t| t.topic.as_str() == w.tp.topic)
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition == w.tp.partition);
+        let cmds = match answer {
+            None => with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
+                s.handle_timeout()
+            }),
+            Some(a) if a.error_code != 0 => {
+                let err = code_to_replica_error(a.error_code);
+                with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
+                    s.handle_epoch_error(epoch, err)
+                })
+            }
+            Some(a) => with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
+                s.handle_epoch_end(
+                    epoch,
+                    a.leader_epoch,
+                    a.end_offset,
+                    p.log_end(),
+                    &p.epoch_cache(),
+                )
+            }),
+        };
+        run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
+    }
+    true
+}
+
+pub(super) async fn send_list_offsets(
+    ctx: &Rc<ShardCtx>,
+    conn: &mut PeerConnection,
+    leader: i32,
+    work: &[Pending],
+) -> bool {
+    for w in work
+        .iter()
+        .filter(|w| matches!(w.cmd, FollowerCommand::SendListOffsets))
+    {
+        let mut bounds = [0i64; 2];
+        for (slot, ts) in bounds.iter_mut().zip([-2i64, -1]) {
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(ctx.shared.config.node_id))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(w.tp.topic.clone())))
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(w.tp.partition)
+                        .with_current_leader_epoch(w.leader_epoch)
+                        .with_timestamp(ts)])]);
+            let resp = match conn
+                .call(
+                    &req,
+                    LIST_OFFSETS_VERSION,
+                    Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+                )
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    debug!(leader, "ListOffsets: {e}");
+                    return false;
+                }
+            };
+            let Some(p) = resp.topics.first().and_then(|t| t.partitions.first()) else {
+                return false;
+            };
+            if p.error_code != 0 {
+                return false;
+            }
+            *slot = p.offset;
+        }
+        let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
+            s.handle_log_bounds(bounds[0], bounds[1], p.log_end())
+        });
+        run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
+    }
+    true
+}
+
+pub(super) async fn send_fetch(
+    ctx: &Rc<ShardCtx>,
+    conn: &mut PeerConnection,
+    leader: i32,
+    work: &[Pending],
+) -> bool {
+    let config = &ctx.shared.config;
+    let fetches: Vec<(&Pending, i64)> = work
+        .iter()
+        .filter_map(|w| match w.cmd {
+            FollowerCommand::Fetch { offset } => Some((w, offset)),
+            _ => None,
+        })
+        .collect();
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (w, offset) in &fetches {
+        let part = FetchPartition::default()
+            .with_partition(w.tp.partition)
+            .with_current_leader_epoch(w.leader_epoch)
+            .with_fetch_offset(*offset)
+            .with_log_start_offset(w.partition.log_start())
+            .with_partition_max_bytes(config.replica_fetch_max_bytes);
+        match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
+            Some(t) => t.partitions.push(part),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
+                    .with_partitions(vec![part]),
+            ),
+        }
+    }
+    let wait = config.replica_fetch_wait_max_ms.max(0);
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(ctx.shared.config.node_id))
+        .with_max_wait_ms(wait)
+        .with_min_bytes(1)
+        .with_max_bytes(config.replica_fetch_response_max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(topics);
+    let timeout = Duration::from_millis(PEER_REQUEST_TIMEOUT_MS + wait as u64);
+    let resp = match conn.call(&req, FETCH_VERSION, timeout).await {
+        Ok(r) => r,
+        Err(e) => {
+            debug!(leader, "replica Fetch: {e}");
+            return false;
+        }
+    };
+    // Append every partition's records first, then wait for all their fsyncs at once: one
+    // partition's fdatasync at a time made a follower of many partitions fall behind its
+    // leader under load (each sync also waits on the shared journal).
+    let mut appended: Vec<(&Pending, i64, i64, i64)> = Vec::with_capacity(fetches.len());
+    for (w, offset) in &fetches {
+        let (w, offset) = (*w, *offset);
+        let answer = resp
+            .responses
+            .iter()
+            .filter(|t| t.topic.as_str() == w.tp.topic)
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == w.tp.partition);
+        let Some(a) = answer else {
+            continue;
+        };
+        if a.error_code != 0 {
+            let err = code_to_replica_error(a.error_code);
+            let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
+                s.handle_fetch_error(offset, err)
+            });
+            run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
+            continue;
+        }
+        let records: Bytes = a.records.clone().unwrap_or_default();
+        let p = &w.partition;
+        // Append only what answers the request we are waiting on, at our log end: a stale
+        // or reordered answer must not be written.
+        let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
+        let mut last_offset = -1;
+        if !records.is_empty() && expected == Some(offset) && p.log_end() == offset {
+            // A refusal (a batch the leader could not have written, a gap) is logged and the
+            // fetch retried like a timeout; nothing of it is appended.
+            match p.append_replica(records, w.leader_epoch) {
+                Ok(out) => last_offset = out.last_offset,
+                Err(e) => {
+                    warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");
+                    let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
+                        s.handle_timeout()
+                    });
+                    run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
+                    continue;
+                }
+            }
+        }
+        appended.push((w, offset, last_offset, a.high_watermark));
+        follow_log_start(&w.tp, p, a.log_start_offset).await;
+    }
+    // Followers report only what is durable: the HW the leader computes from our fetch
+    // offset then never counts bytes a crash could take back.
+    let durable = futures::future::join_all(appended.iter().map(|(w, _, last, _)| async move {
+        if *last < 0 {
+            return true;
+        }
+        match w.partition.wait_durable(*last).await {
+            Ok(_) => true,
+            Err(e) => {
+                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica not durable: {e}");
+                false
+            }
+        }
+    }))
+    .await;
+    for ((w, offset, _, hw), durable) in appended.into_iter().zip(durable) {
+        if !durable {
+            continue;
+        }
+        let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
+            s.handle_fetch_response(offset, p.log_end(), hw)
+        });
+        run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
+    }
+    true
+}
+
+/// The leader's log start moved (DeleteRecords, or its retention): move ours along, as
+/// Kafka's followers do with the log start offset in every fetch response, never past our
+/// own HW (only committed records are ever deleted).
+pub(super) async fn follow_log_start(tp: &TopicPartition, p: &Partition, leader_log_start: i64) {
+    let target = leader_log_start.min(p.hw());
+    if target <= p.log_start() {
+        return;
+    }
+    if let Err(e) = p.delete_records(target).await {
+        warn!(topic = %tp.topic, partition = tp.partition, target, "following the leader's log start: {e}");
+    }
+}
+
+pub(super) fn with_expected(
+    ctx: &ShardCtx,
+    tp: &TopicPartition,
+    leader: i32,
+    epoch: i32,
+) -> Option<i64> {
+    match ctx.replicas.roles.borrow().get(tp) {
+        Some(Role::Follower(f))
+            if f.state.leader() == leader && f.state.leader_epoch() == epoch =>
+        {
+            f.state.expected_fetch_offset()
+        }
+        _ => None,
+    }
+}
