@@ -29,9 +29,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["limits", "clock", "alloc", "protocol", "replication"],
     ),
     ("config", &["limits", "protocol", "storage", "group"]),
+    // The controller decides on the catalog alone: it knows no files (config's log settings
+    // reach it as validated strings).
     (
         "cluster",
-        &["limits", "clock", "protocol", "group", "storage", "config"],
+        &["limits", "clock", "protocol", "group", "config"],
     ),
     (
         "shard",
