@@ -13,8 +13,8 @@
 //! - a partition whose flush failed is poisoned: it never acknowledges anything again,
 //!   because after a failed `fdatasync` the kernel may have dropped the dirty pages.
 //!
-//! Files: `partition.rs` (public API, append path, flusher, reads, DeleteRecords,
-//! retention), `segment.rs` (one segment + direct-I/O batch reads), `index.rs` /
+//! Files: `partition/` (the `Partition` API, split by concern: `append.rs`, `flush.rs`,
+//! `read.rs`, `truncate.rs`, `retention.rs` for DeleteRecords and retention), `segment.rs` (one segment + direct-I/O batch reads), `index.rs` /
 //! `time_index.rs` (sparse indexes), `recovery.rs` (open, scan, truncate, rebuild),
 //! `producer_state.rs` (idempotence rules, sans-IO), `retention.rs` (which segments go,
 //! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv; the HW checkpoint
@@ -22,7 +22,7 @@
 //! Kafka's text format), `file_io.rs` (the
 //! fault-injectable direct-I/O trait), `notify.rs` (waiter wake-ups), `config.rs`.
 //!
-//! Replication support (`partition.rs`): leader epochs stamped into batches and kept in a
+//! Replication support (`partition/`): leader epochs stamped into batches and kept in a
 //! persisted leader-epoch cache (`epoch_checkpoint.rs`), follower appends that keep the
 //! leader's offsets and epochs, crash-safe truncation, and a high watermark that the
 //! replication layer may drive (`HwMode::Replicated`) with a lazily persisted checkpoint.

@@ -1,0 +1,446 @@
+//! Appending to a partition: a leader's `append` (producer-state check, offsets and leader
+//! epoch patched in place, staged in the active segment and the tail cache), a follower's
+//! `append_replica` (the leader's batches unchanged), segment rolling, and the waits a
+//! producer makes: for staging room (memory budget, `STAGING_BYTES_MAX`) and for durability.
+//! Appends are synchronous and do no I/O; the flusher (`flush.rs`) writes what they stage.
+
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::protocol::record_batch::{
+    patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError, BatchHeader,
+};
+use crate::storage::budget::{Charge, MemoryClass};
+use crate::storage::producer_state::{BatchIdentity, SequenceError, Verdict};
+use crate::storage::segment::Segment;
+use crate::storage::tail_cache::CachedBatch;
+use crate::storage::{
+    AppendError, Error, FlushPolicy, ReplicaAppendError, TimestampType, STAGING_BYTES_MAX,
+};
+
+use super::{AppendOutcome, HwMode, Inner, Partition, ReplicaAppendOutcome};
+
+impl Inner {
+    /// Records that `epoch` starts at `base` if it is not the latest epoch already (Kafka
+    /// assigns on every batch whose epoch differs from the latest one).
+    fn assign_epoch(&mut self, epoch: i32, base: i64) {
+        if epoch < 0 || self.epoch_cache.latest().is_some_and(|l| l.epoch == epoch) {
+            return;
+        }
+        self.epoch_cache.assign(epoch, base);
+        self.epoch_version += 1;
+    }
+
+    pub(super) fn roll(&mut self, dir: &Path) {
+        let next = self.next_offset;
+        let snapshot = self.producers.snapshot(next);
+        self.active().seal(snapshot);
+        self.segments.insert(next, Segment::new(dir, next));
+    }
+
+    fn should_roll(&mut self, batch_len: usize, last_offset: i64, now_ms: i64) -> bool {
+        let config = self.config.clone();
+        let seg = self.active();
+        if seg.size == 0 {
+            return false;
+        }
+        seg.size + batch_len as u64 > config.segment_bytes
+            || seg
+                .first_append_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+            || seg.index.bytes() + crate::storage::index::ENTRY_LEN
+                > config.segment_index_bytes as usize
+            || seg.time_index.bytes() + crate::storage::time_index::ENTRY_LEN
+                > config.segment_index_bytes as usize
+            || last_offset - seg.base_offset > i32::MAX as i64
+    }
+}
+
+impl Partition {
+    /// The budget charge for `len` more bytes in memory: evicting cached batches (of any
+    /// log of the shard) if needed. With no room even then, a log with nothing staged
+    /// still takes its batch (so every log makes progress and internal appends never stall
+    /// behind producers); one with staged bytes is refused, and its producer waits
+    /// (`wait_for_staging_room`) until a flush and eviction make room.
+    /// Called before borrowing `inner`: eviction borrows every log of the shard.
+    fn charge(&self, len: usize) -> Result<Charge, usize> {
+        let budget = Rc::clone(&self.budget.borrow());
+        if let Some(c) = budget.charge_evicting(MemoryClass::Log, len) {
+            return Ok(c);
+        }
+        let staged = self.inner.borrow().staged_bytes() as usize;
+        if staged == 0 {
+            return Ok(budget.charge_forced(MemoryClass::Log, len));
+        }
+        Err(staged)
+    }
+
+    /// Appends one batch the caller validated (see module doc). Not yet durable on return.
+    /// The batch (a slice of the request) is copied exactly once, into the buffer the log
+    /// owns, and its offsets and leader epoch are patched there (outside the CRC); the tail
+    /// cache and the segment's staging share that buffer until the flusher writes it.
+    pub fn append(
+        &self,
+        batch: impl AsRef<[u8]>,
+        now_ms: i64,
+    ) -> Result<AppendOutcome, AppendError> {
+        let input = batch.as_ref();
+        let header = BatchHeader::parse(input).map_err(AppendError::CorruptMessage)?;
+        if header.total_len() != input.len() {
+            return Err(AppendError::CorruptMessage(BatchError::BadLength {
+                len: header.batch_length as i64,
+                min: input.len(),
+            }));
+        }
+        {
+            let inner = self.inner.borrow();
+            inner.check_open()?;
+            let max = inner.config.max_message_bytes;
+            if input.len() > max as usize {
+                return Err(AppendError::MessageTooLarge {
+                    size: input.len(),
+                    max,
+                });
+            }
+        }
+        let charge = self
+            .charge(input.len())
+            .map_err(|staged| AppendError::Backpressure {
+                staged_bytes: staged,
+                max: self.budget.borrow().limit().min(STAGING_BYTES_MAX),
+            })?;
+        let mut inner = self.inner.borrow_mut();
+        inner.check_open()?;
+        let id = BatchIdentity {
+            // Control batches (transaction markers) carry no sequence: never checked.
+            producer_id: if header.is_control() {
+                -1
+            } else {
+                header.producer_id
+            },
+            epoch: header.producer_epoch,
+            first_seq: header.base_sequence,
+            last_seq: header.last_sequence(),
+        };
+        match inner.producers.check(&id) {
+            Ok(Verdict::Duplicate {
+                base_offset,
+                last_offset,
+            }) => {
+                return Ok(AppendOutcome {
+                    base_offset,
+                    last_offset,
+                    log_append_time_ms: -1,
+                    log_start_offset: inner.log_start,
+                    duplicate: true,
+                })
+            }
+            Ok(_) => {}
+            Err(SequenceError::InvalidProducerEpoch {
+                producer_id,
+                epoch,
+                current,
+            }) => {
+                return Err(AppendError::InvalidProducerEpoch {
+                    producer_id,
+                    epoch,
+                    current,
+                })
+            }
+            Err(SequenceError::OutOfOrderSequence {
+                producer_id,
+                epoch,
+                first_seq,
+                last_seq,
+            }) => {
+                return Err(AppendError::OutOfOrderSequence {
+                    producer_id,
+                    epoch,
+                    first_seq,
+                    last_seq,
+                })
+            }
+        }
+        let staged = inner.staged_bytes() as usize;
+        // An empty buffer always takes one batch, however large, so nothing waits forever.
+        if staged > 0 && staged + input.len() > STAGING_BYTES_MAX {
+            return Err(AppendError::Backpressure {
+                staged_bytes: staged,
+                max: STAGING_BYTES_MAX,
+            });
+        }
+
+        let base_offset = inner.next_offset;
+        let leader_epoch = inner.leader_epoch;
+        // The one copy of the produce path's record bytes (see `copy_stats`).
+        let mut batch = BytesMut::from(input);
+        crate::storage::copy_stats::add_log(input.len());
+        patch_base_offset(&mut batch, base_offset);
+        patch_leader_epoch(&mut batch, leader_epoch);
+        let log_append_time_ms = match inner.config.message_timestamp_type {
+            TimestampType::LogAppendTime => {
+                patch_log_append_time(&mut batch, now_ms);
+                now_ms
+            }
+            TimestampType::CreateTime => -1,
+        };
+        let h = BatchHeader::parse(&batch).map_err(AppendError::CorruptMessage)?;
+        assert!(
+            h.base_offset == base_offset && h.last_offset() >= base_offset,
+            "offsets must increase"
+        );
+        if inner.should_roll(batch.len(), h.last_offset(), now_ms) {
+            inner.roll(&self.dir);
+        }
+        let bytes = batch.freeze();
+        let interval = inner.config.index_interval_bytes;
+        inner.active().append(bytes.clone(), &h, interval, now_ms);
+        inner.next_offset = h.last_offset() + 1;
+        inner.assign_epoch(leader_epoch, base_offset);
+        inner.producers.record(&id, base_offset, h.last_offset());
+        if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
+            inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
+        }
+        inner.cache.push(CachedBatch {
+            base_offset,
+            last_offset: h.last_offset(),
+            max_timestamp: h.max_timestamp,
+            bytes,
+            charge,
+        });
+        let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
+        inner.cache.evict(limit, written);
+        self.disk_consume(h.total_len() as u64);
+        let outcome = AppendOutcome {
+            base_offset,
+            last_offset: h.last_offset(),
+            log_append_time_ms,
+            log_start_offset: inner.log_start,
+            duplicate: false,
+        };
+        let hw_moves =
+            inner.hw_mode == HwMode::Local && inner.config.flush_policy != FlushPolicy::Sync;
+        if hw_moves {
+            inner.high_watermark = inner.next_offset;
+        }
+        drop(inner);
+        if hw_moves {
+            self.progress.notify_all();
+        }
+        self.appended.notify_all();
+        self.flush_wakeup.notify_all();
+        Ok(outcome)
+    }
+
+    /// Called on becoming leader: every later `append` stamps `epoch` into its batch, and
+    /// the first of them records `(epoch, its base offset)` in the leader-epoch cache.
+    /// Refuses an `epoch` older than the latest epoch in the log (stamping it would break the
+    /// cache's ordering, and leader epochs only grow). The log's epochs come from batch
+    /// headers, which a leader's bytes or a damaged disk could have made anything, so this
+    /// is an error for the caller to report, never a panic.
+    pub fn set_leader_epoch(&self, epoch: i32) -> Result<(), Error> {
+        let mut inner = self.inner.borrow_mut();
+        let latest = inner.epoch_cache.latest().map(|l| l.epoch).unwrap_or(-1);
+        if epoch < 0 || epoch < latest {
+            return Err(Error::EpochRegression { epoch, latest });
+        }
+        inner.leader_epoch = epoch;
+        Ok(())
+    }
+
+    /// Appends batches fetched from the leader, unchanged (offsets, leader epochs, producer
+    /// fields and timestamps are the leader's). Each whole batch is validated (length,
+    /// magic, CRC); the first must start at the log end and each next one right after the
+    /// previous, or nothing is appended. A trailing partial batch (a Fetch response cut at
+    /// its size limit) is ignored. Producer state and the leader-epoch cache are updated
+    /// from the batches, as recovery does, so this replica dedups correctly if it becomes
+    /// leader. Not durable on return: `wait_durable(last_offset)` as for `append`.
+    ///
+    /// Each batch is copied out of the fetch response into a buffer of its own: the
+    /// response (up to `replica_fetch_response_max_bytes`, many partitions) is then freed
+    /// at once, instead of being pinned whole by whichever log cached its last slice.
+    ///
+    /// `leader_epoch` is the epoch of the leader the batches came from: no batch it sends can
+    /// carry a newer one, so a batch that does is refused (`BadLeaderEpoch`) before its epoch
+    /// reaches the cache.
+    pub fn append_replica(
+        &self,
+        batches: Bytes,
+        leader_epoch: i32,
+    ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
+        self.inner.borrow().check_open()?;
+        let mut charge =
+            self.charge(batches.len())
+                .map_err(|staged| ReplicaAppendError::Backpressure {
+                    staged_bytes: staged,
+                    max: self.budget.borrow().limit().min(STAGING_BYTES_MAX),
+                })?;
+        let mut inner = self.inner.borrow_mut();
+        inner.check_open()?;
+        let mut parsed = Vec::new();
+        let mut expected = inner.next_offset;
+        let mut at = 0usize;
+        let mut total = 0usize;
+        while let Some(rest) = batches.get(at..).filter(|r| !r.is_empty()) {
+            let len = match BatchHeader::parse(rest) {
+                Ok(h) => h.total_len(),
+                Err(BatchError::Truncated { .. }) => break,
+                Err(e) => return Err(ReplicaAppendError::CorruptMessage(e)),
+            };
+            let Some(one) = rest.get(..len) else {
+                break; // The trailing partial batch of a size-limited Fetch response.
+            };
+            let h = validate(one).map_err(ReplicaAppendError::CorruptMessage)?;
+            if h.partition_leader_epoch > leader_epoch {
+                return Err(ReplicaAppendError::BadLeaderEpoch {
+                    offset: h.base_offset,
+                    epoch: h.partition_leader_epoch,
+                    leader_epoch,
+                });
+            }
+            if h.base_offset != expected {
+                return Err(ReplicaAppendError::OffsetMismatch {
+                    expected,
+                    got: h.base_offset,
+                });
+            }
+            expected = h.last_offset() + 1;
+            parsed.push((h, Bytes::copy_from_slice(one)));
+            at += len;
+            total += len;
+        }
+        let staged = inner.staged_bytes() as usize;
+        if staged > 0 && staged + total > STAGING_BYTES_MAX {
+            return Err(ReplicaAppendError::Backpressure {
+                staged_bytes: staged,
+                max: STAGING_BYTES_MAX,
+            });
+        }
+        let first_offset = parsed.first().map(|(h, _)| h.base_offset).unwrap_or(-1);
+        let last_offset = parsed.last().map(|(h, _)| h.last_offset()).unwrap_or(-1);
+        let count = parsed.len();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        for (h, bytes) in parsed {
+            assert!(
+                h.base_offset == inner.next_offset && h.last_offset() >= h.base_offset,
+                "replica offsets must continue the log"
+            );
+            if inner.should_roll(bytes.len(), h.last_offset(), now_ms) {
+                inner.roll(&self.dir);
+            }
+            let interval = inner.config.index_interval_bytes;
+            inner.active().append(bytes.clone(), &h, interval, now_ms);
+            inner.next_offset = h.last_offset() + 1;
+            inner.assign_epoch(h.partition_leader_epoch, h.base_offset);
+            if !h.is_control() {
+                let id = BatchIdentity {
+                    producer_id: h.producer_id,
+                    epoch: h.producer_epoch,
+                    first_seq: h.base_sequence,
+                    last_seq: h.last_sequence(),
+                };
+                inner.producers.record(&id, h.base_offset, h.last_offset());
+            }
+            if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
+                inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
+            }
+            // The charge taken for the whole input is split over the batches kept.
+            let batch_charge = {
+                let budget = Rc::clone(&self.budget.borrow());
+                let c = budget.charge_forced(MemoryClass::Log, bytes.len());
+                charge.shrink(bytes.len());
+                c
+            };
+            inner.cache.push(CachedBatch {
+                base_offset: h.base_offset,
+                last_offset: h.last_offset(),
+                max_timestamp: h.max_timestamp,
+                bytes,
+                charge: batch_charge,
+            });
+        }
+        drop(charge);
+        self.disk_consume(total as u64);
+        let (limit, written) = (inner.config.tail_cache_bytes, inner.written_offset);
+        inner.cache.evict(limit, written);
+        let hw_moves = count > 0
+            && inner.hw_mode == HwMode::Local
+            && inner.config.flush_policy != FlushPolicy::Sync;
+        if hw_moves {
+            inner.high_watermark = inner.next_offset;
+        }
+        let log_end_offset = inner.next_offset;
+        drop(inner);
+        if count > 0 {
+            if hw_moves {
+                self.progress.notify_all();
+            }
+            self.appended.notify_all();
+            self.flush_wakeup.notify_all();
+        }
+        Ok(ReplicaAppendOutcome {
+            first_offset,
+            last_offset,
+            batches: count,
+            log_end_offset,
+        })
+    }
+
+    /// Resolves once the staging buffer has room for `len` more bytes, so a producer that
+    /// outruns the disk waits for the flusher instead of being refused.
+    /// Also waits for room in the shard's memory budget (after evicting cached batches).
+    pub async fn wait_for_staging_room(&self, len: usize) -> Result<(), Error> {
+        let budget = Rc::clone(&self.budget.borrow());
+        loop {
+            let listener = self.progress.listen();
+            let released = budget.room();
+            let staged = {
+                let inner = self.inner.borrow();
+                if let Some(e) = &inner.failed {
+                    return Err(e.clone());
+                }
+                if inner.closed {
+                    return Err(Error::Closed);
+                }
+                inner.staged_bytes() as usize
+            };
+            if staged == 0 {
+                return Ok(());
+            }
+            if staged + len <= STAGING_BYTES_MAX
+                && budget.charge_evicting(MemoryClass::Log, len).is_some()
+            {
+                return Ok(());
+            }
+            self.flush_wakeup.notify_all();
+            futures_lite::future::or(listener, released).await;
+        }
+    }
+
+    /// Resolves once `last_offset` is durable per the flush policy (immediately unless Sync).
+    pub async fn wait_durable(&self, last_offset: i64) -> Result<(), Error> {
+        loop {
+            let listener = self.progress.listen();
+            {
+                let inner = self.inner.borrow();
+                if let Some(e) = &inner.failed {
+                    return Err(e.clone());
+                }
+                if inner.config.flush_policy != FlushPolicy::Sync
+                    || inner.durable_offset > last_offset
+                {
+                    return Ok(());
+                }
+                if inner.closed || (inner.closing && !self.flusher_running.get()) {
+                    return Err(Error::Closed);
+                }
+            }
+            listener.await;
+        }
+    }
+}

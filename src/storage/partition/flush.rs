@@ -1,0 +1,359 @@
+//! The flusher: one background task per partition that does all segment I/O in offset
+//! order — create and preallocate a segment file, direct-I/O write of the staged bytes
+//! (partial last block included), `fdatasync`, then the indexes and producer snapshot of a
+//! sealed segment — and advances the durable offset (and, under `HwMode::Local` with the
+//! Sync policy, the high watermark). Everything staged when a pass starts rides on one
+//! `fdatasync` (group commit). A failed write or fsync poisons the partition.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::storage::budget::WRITE_PIECE_BYTES;
+use crate::storage::recovery::{write_indexes, write_producer_snapshot};
+use crate::storage::segment::{preallocation_target, split_writes};
+use crate::storage::state_file;
+use crate::storage::{
+    Error, FlushPolicy, ACTIVE_CHECKPOINT_BYTES, HW_CHECKPOINT_INTERVAL_MS,
+    NEVER_POLICY_WRITE_INTERVAL_MS, STAGING_WRITE_THRESHOLD_BYTES,
+};
+
+use super::{HwMode, Inner, Partition};
+
+enum Step {
+    Final,
+    Flush { sync: bool },
+    CheckpointHw,
+    Wait { until: Option<Instant> },
+}
+
+impl Inner {
+    fn advance_durable(&mut self, offset: i64) {
+        self.durable_offset = self.durable_offset.max(offset);
+        if self.hw_mode == HwMode::Local {
+            self.high_watermark = self.high_watermark.max(self.durable_offset);
+        }
+    }
+}
+
+impl Partition {
+    pub(super) async fn run_flusher(self: Rc<Self>) {
+        let mut last_sync = Instant::now();
+        let mut last_write = Instant::now();
+        let mut last_hw_write = Instant::now();
+        loop {
+            let wakeup = self.flush_wakeup.listen();
+            let (step, hw_deadline) = {
+                let inner = self.inner.borrow();
+                if inner.failed.is_some() {
+                    break;
+                }
+                let now = Instant::now();
+                let unwritten = inner.staged_bytes();
+                let has_sealed = inner.segments.values().any(|s| s.sealed && !s.complete);
+                let dirty = unwritten > 0 || inner.durable_offset < inner.next_offset;
+                let hw_deadline = (inner.hw_mode == HwMode::Replicated
+                    && !inner.truncating
+                    && !inner.closing
+                    && inner.high_watermark != inner.hw_persisted)
+                    .then(|| last_hw_write + Duration::from_millis(HW_CHECKPOINT_INTERVAL_MS));
+                let step = if inner.truncating {
+                    // Drain everything to disk, then stay idle until the truncation ends.
+                    if dirty || has_sealed {
+                        Step::Flush { sync: true }
+                    } else {
+                        Step::Wait { until: None }
+                    }
+                } else if inner.closing {
+                    Step::Final
+                } else if has_sealed {
+                    Step::Flush {
+                        sync: inner.config.flush_policy == FlushPolicy::Sync,
+                    }
+                } else {
+                    match inner.config.flush_policy {
+                        FlushPolicy::Sync if dirty => Step::Flush { sync: true },
+                        FlushPolicy::Sync => Step::Wait { until: None },
+                        _ if unwritten >= STAGING_WRITE_THRESHOLD_BYTES as u64 => {
+                            Step::Flush { sync: false }
+                        }
+                        FlushPolicy::IntervalMs(ms) => {
+                            let deadline = last_sync + Duration::from_millis(ms);
+                            if !dirty {
+                                Step::Wait { until: None }
+                            } else if now >= deadline {
+                                Step::Flush { sync: true }
+                            } else {
+                                Step::Wait {
+                                    until: Some(deadline),
+                                }
+                            }
+                        }
+                        FlushPolicy::Never => {
+                            let deadline =
+                                last_write + Duration::from_millis(NEVER_POLICY_WRITE_INTERVAL_MS);
+                            if unwritten == 0 {
+                                Step::Wait { until: None }
+                            } else if now >= deadline {
+                                Step::Flush { sync: false }
+                            } else {
+                                Step::Wait {
+                                    until: Some(deadline),
+                                }
+                            }
+                        }
+                    }
+                };
+                (step, hw_deadline)
+            };
+            // A moved high watermark is checkpointed when nothing else is due, at most once
+            // per HW_CHECKPOINT_INTERVAL_MS.
+            let step = match (step, hw_deadline) {
+                (Step::Wait { .. }, Some(d)) if Instant::now() >= d => Step::CheckpointHw,
+                (Step::Wait { until }, Some(d)) => Step::Wait {
+                    until: Some(until.map_or(d, |u| u.min(d))),
+                },
+                (step, _) => step,
+            };
+            self.flush_in_progress.set(matches!(
+                step,
+                Step::Final | Step::Flush { .. } | Step::CheckpointHw
+            ));
+            match step {
+                Step::CheckpointHw => {
+                    if let Err(e) = self.persist_hw_if_dirty().await {
+                        tracing::warn!(error = %e, dir = %self.dir.display(), "hw checkpoint write failed");
+                    }
+                    last_hw_write = Instant::now();
+                }
+                Step::Final => {
+                    if let Err(e) = self.flush_pass(true).await {
+                        self.fail(e);
+                    }
+                    break;
+                }
+                Step::Flush { sync } => {
+                    if let Err(e) = self.flush_pass(sync).await {
+                        self.fail(e);
+                        break;
+                    }
+                    last_write = Instant::now();
+                    if sync {
+                        last_sync = last_write;
+                    }
+                }
+                Step::Wait { until: None } => wakeup.await,
+                Step::Wait {
+                    until: Some(deadline),
+                } => {
+                    let sleep =
+                        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                    futures_lite::future::or(wakeup, sleep).await;
+                }
+            }
+            if self.flush_in_progress.replace(false) {
+                // A truncation waiting for the flusher to go idle re-checks.
+                self.progress.notify_all();
+            }
+        }
+        self.flush_in_progress.set(false);
+        self.flusher_running.set(false);
+        self.flusher_done.notify_all();
+        self.progress.notify_all();
+    }
+
+    /// Writes (and, if `sync` or the segment is sealed, fsyncs) every incomplete segment
+    /// in offset order, finishing sealed ones.
+    async fn flush_pass(&self, sync: bool) -> Result<(), Error> {
+        loop {
+            let (
+                base,
+                file,
+                path,
+                data,
+                start,
+                end_offset,
+                size,
+                sealed,
+                prealloc,
+                segment_bytes,
+                checkpoint,
+            ) = {
+                let inner = self.inner.borrow();
+                if inner.failed.is_some() {
+                    // Poisoned (or a simulated crash): touch the files no more.
+                    return Ok(());
+                }
+                let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
+                    return Ok(());
+                };
+                // Shared handles on the staged batches: the only copy is the one into the
+                // DMA buffer that `write_at` makes.
+                let data = if seg.unwritten() > 0 {
+                    seg.staging.chunks()
+                } else {
+                    Vec::new()
+                };
+                let prealloc = inner.config.preallocate_bytes;
+                let segment_bytes = inner.config.segment_bytes;
+                // Copied in the same borrow as `next_offset`, so the indexes and the producer
+                // snapshot describe exactly the bytes this pass makes durable.
+                let checkpoint = (sync
+                    && !seg.sealed
+                    && seg.size - seg.checkpointed_size >= ACTIVE_CHECKPOINT_BYTES)
+                    .then(|| {
+                        (
+                            seg.index.clone(),
+                            seg.time_index.clone(),
+                            inner.producers.snapshot(seg.next_offset),
+                        )
+                    });
+                (
+                    seg.base_offset,
+                    seg.file.clone(),
+                    seg.path.clone(),
+                    data,
+                    seg.staging.start,
+                    seg.next_offset,
+                    seg.size,
+                    seg.sealed,
+                    prealloc,
+                    segment_bytes,
+                    checkpoint,
+                )
+            };
+            if !sealed && data.is_empty() && !sync {
+                return Ok(());
+            }
+            let file = match file {
+                Some(f) => f,
+                None => {
+                    let f = self
+                        .fs
+                        .open_segment(&path, true)
+                        .await
+                        .map_err(|e| Error::io(&path, "create", e))?;
+                    // The new file's directory entry must be durable before data in it counts.
+                    state_file::sync_dir(&self.dir).await?;
+                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                        seg.file = Some(Rc::clone(&f));
+                    }
+                    f
+                }
+            };
+            if !data.is_empty() {
+                let reserved = self
+                    .inner
+                    .borrow()
+                    .segments
+                    .get(&base)
+                    .map(|s| s.preallocated)
+                    .unwrap_or(0);
+                let data_len: usize = data.iter().map(|c| c.len()).sum();
+                let end = start + data_len as u64;
+                let target = preallocation_target(reserved, end, prealloc, segment_bytes);
+                // Preallocation only speeds writes up: it is skipped rather than allowed to
+                // eat into the free-space reserve, and a full disk does not fail the write
+                // for it (the write itself then reports what the disk says).
+                let disk = self.disk.borrow().clone();
+                let target = target.filter(|t| {
+                    disk.as_ref()
+                        .is_none_or(|d| d.may_preallocate(t.saturating_sub(reserved.max(end))))
+                });
+                if let Some(target) = target {
+                    match file.pre_allocate(target).await {
+                        Ok(()) => {
+                            if let Some(d) = &disk {
+                                d.consume(target.saturating_sub(reserved.max(end)));
+                            }
+                            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                                seg.preallocated = seg.preallocated.max(target);
+                            }
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                            tracing::debug!(path = %path.display(), "no space to preallocate");
+                        }
+                        Err(e) => return Err(Error::io(&path, "fallocate", e)),
+                    }
+                }
+                // Each write's aligned DMA buffer comes out of the shard's write pool, one
+                // piece at a time, so many logs flushing at once cannot each hold a copy of
+                // their staging beside it.
+                let budget = Rc::clone(&self.budget.borrow());
+                let mut at = start;
+                for piece in split_writes(data, WRITE_PIECE_BYTES) {
+                    let len: usize = piece.iter().map(|c| c.len()).sum();
+                    let aligned = len.next_multiple_of(file.alignment().max(1) as usize);
+                    let _room = budget.write_buffer(aligned).await;
+                    file.write_at(&piece, at)
+                        .await
+                        .map_err(|e| Error::io(&path, "write", e))?;
+                    at += len as u64;
+                }
+                let mut inner = self.inner.borrow_mut();
+                if let Some(seg) = inner.segments.get_mut(&base) {
+                    seg.written_through(start, data_len, file.alignment());
+                }
+                inner.written_offset = inner.written_offset.max(end_offset);
+                budget.mark_evictable();
+                let limit = inner.config.tail_cache_bytes;
+                let written = inner.written_offset;
+                inner.cache.evict(limit, written);
+                drop(inner);
+                // Producers paused on a full staging buffer wait for this.
+                self.progress.notify_all();
+            }
+            if sync || sealed {
+                // Everything up to `end_offset` was in `data` or written before: one fsync
+                // covers every batch staged when this pass copied the buffer (group commit).
+                file.sync_data()
+                    .await
+                    .map_err(|e| Error::io(&path, "fdatasync", e))?;
+                self.inner.borrow_mut().advance_durable(end_offset);
+                self.progress.notify_all();
+                // Before any index or producer checkpoint below: recovery relies on data
+                // those cover having its epochs in the epoch checkpoint.
+                self.persist_epochs_if_dirty().await?;
+            }
+            if !sealed {
+                if let Some((index, time_index, snapshot)) = checkpoint {
+                    // Bounds crash recovery of a large active segment: it resumes from here
+                    // instead of scanning the whole segment.
+                    write_indexes(&self.dir, base, &index, &time_index).await?;
+                    write_producer_snapshot(&self.dir, &snapshot).await?;
+                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                        seg.checkpointed_size = size;
+                    }
+                }
+                return Ok(());
+            }
+            // Finish the sealed segment: cut the preallocated tail, then (data durable first)
+            // its index files and the producer snapshot as of its end.
+            file.truncate(size)
+                .await
+                .map_err(|e| Error::io(&path, "truncate", e))?;
+            file.sync_data()
+                .await
+                .map_err(|e| Error::io(&path, "fdatasync", e))?;
+            let (index, time_index, snapshot) = {
+                let mut inner = self.inner.borrow_mut();
+                let Some(seg) = inner.segments.get_mut(&base) else {
+                    continue;
+                };
+                (
+                    seg.index.clone(),
+                    seg.time_index.clone(),
+                    seg.snapshot_at_seal.take(),
+                )
+            };
+            write_indexes(&self.dir, base, &index, &time_index).await?;
+            if let Some(snapshot) = snapshot {
+                write_producer_snapshot(&self.dir, &snapshot).await?;
+            }
+            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                seg.complete = true;
+                seg.staging = Default::default();
+            }
+            glommio::yield_if_needed().await;
+        }
+    }
+}

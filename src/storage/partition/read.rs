@@ -1,0 +1,405 @@
+//! Reading a partition: Fetch reads (whole batches from the tail cache or, through the
+//! segment's sparse index, by direct I/O from its file), the long-poll waits on the high
+//! watermark and the log end, ListOffsets by timestamp (time index, then the records of the
+//! matching batch), and the lazy opening of a closed segment's file and indexes on first use.
+//! A read never overlaps a truncation: it waits for one, and is redone if one overlapped it.
+
+use std::time::{Duration, Instant};
+
+use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
+use crate::protocol::record_batch::{record_offsets_and_timestamps, BatchHeader};
+use crate::storage::notify::Notify;
+use crate::storage::recovery::{load_index, rebuild_closed_indexes};
+use crate::storage::segment::read_batches;
+use crate::storage::{Error, READ_CHUNK_BYTES_MIN};
+
+use super::{Inner, Partition, ReadOutcome};
+
+/// ListOffsets' answer for a timestamp: the record found and the leader epoch of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: i32,
+}
+
+/// The first record of one whole stored `batch` at or after `min_offset` whose timestamp is
+/// >= `ts`, provided it lies below `high_watermark`.
+fn record_at_or_after(
+    batch: &[u8],
+    ts: i64,
+    min_offset: i64,
+    high_watermark: i64,
+) -> Option<TimestampOffset> {
+    let header = BatchHeader::parse(batch).ok()?;
+    let found = match record_offsets_and_timestamps(batch, RECORDS_DECOMPRESSED_BYTES_MAX) {
+        Ok(records) => records
+            .into_iter()
+            .find(|&(offset, timestamp)| offset >= min_offset && timestamp >= ts),
+        // The CRC covers the payload, so a batch whose records do not decode came that way
+        // from its producer; its start is the closest answer (a consumer seeking there reads
+        // the same batch).
+        Err(e) => {
+            tracing::warn!(
+                base_offset = header.base_offset,
+                "timestamp lookup cannot read the records of a batch: {e}"
+            );
+            Some((header.base_offset.max(min_offset), header.max_timestamp))
+        }
+    };
+    let (offset, timestamp) = found?;
+    (offset < high_watermark).then_some(TimestampOffset {
+        timestamp,
+        offset,
+        leader_epoch: header.partition_leader_epoch,
+    })
+}
+
+impl Partition {
+    /// Whole batches from the one containing `offset`, below the high watermark, up to
+    /// `max_bytes` but at least one (KIP-74). Slices of the tail cache or of read buffers.
+    /// Same as `read_bounded(offset, max_bytes, high watermark)`.
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, Error> {
+        self.read_impl(offset, max_bytes, None).await
+    }
+
+    /// Like `read`, bounded by `upper` (exclusive; clamped to the log end) instead of the
+    /// high watermark: only whole batches whose last offset is below `upper` are returned —
+    /// a batch straddling it is not, as Kafka serves only whole batches below the HW.
+    /// Consumers pass `hw()`; a leader serving a follower passes `log_end()`.
+    pub async fn read_bounded(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: i64,
+    ) -> Result<ReadOutcome, Error> {
+        self.read_impl(offset, max_bytes, Some(upper)).await
+    }
+
+    /// Reads never overlap a truncation: one waits for a running truncation to end, and a
+    /// read that a truncation overlapped (its file positions may be cut, its batches gone)
+    /// is redone against the new log.
+    async fn read_impl(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<ReadOutcome, Error> {
+        loop {
+            let listener = self.progress.listen();
+            let generation = {
+                let inner = self.inner.borrow();
+                (!inner.truncating).then_some(inner.log_generation)
+            };
+            let Some(generation) = generation else {
+                listener.await;
+                continue;
+            };
+            drop(listener);
+            let result = self.read_once(offset, max_bytes, upper).await;
+            if self.inner.borrow().log_generation == generation {
+                return result;
+            }
+        }
+    }
+
+    async fn read_once(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<ReadOutcome, Error> {
+        let mut load = None;
+        let (file, path, mut pos, end, hw, log_start, interval) = loop {
+            if let Some(base) = load.take() {
+                self.ensure_segment_ready(base).await?;
+            }
+            let inner = self.inner.borrow();
+            if inner.closed {
+                return Err(Error::Closed);
+            }
+            let (hw, log_start) = (inner.high_watermark, inner.log_start);
+            let bound = upper.unwrap_or(hw).min(inner.next_offset);
+            if offset < log_start || offset > inner.next_offset {
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start,
+                    log_end: inner.next_offset,
+                });
+            }
+            let mut out = ReadOutcome {
+                chunks: Vec::new(),
+                high_watermark: hw,
+                log_start_offset: log_start,
+            };
+            if offset >= bound {
+                return Ok(out);
+            }
+            if inner
+                .cache
+                .first_offset()
+                .is_some_and(|first| first <= offset)
+            {
+                out.chunks = inner.cache.read(offset, max_bytes, bound);
+                return Ok(out);
+            }
+            let Some((_, seg)) = inner.segments.range(..=offset).next_back() else {
+                return Err(Error::OffsetOutOfRange {
+                    offset,
+                    log_start,
+                    log_end: inner.next_offset,
+                });
+            };
+            let (Some(file), true) = (seg.file.clone(), seg.index_loaded) else {
+                // A closed segment not used since startup: open it and load its index, then
+                // look again (retention may have run meanwhile).
+                load = Some(seg.base_offset);
+                continue;
+            };
+            let pos = seg.index.lookup(seg.relative(offset)) as u64;
+            break (
+                file,
+                seg.path.clone(),
+                pos,
+                seg.written.min(seg.size),
+                (hw, bound),
+                log_start,
+                inner.config.index_interval_bytes,
+            );
+        };
+        let (hw, bound) = hw;
+        let mut chunks = Vec::new();
+        let mut total = 0usize;
+        'segment: while pos < end {
+            let want = max_bytes
+                .saturating_sub(total)
+                .saturating_add(interval as usize);
+            let (batches, next) = read_batches(&*file, &path, pos, end, want).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for (h, bytes) in batches {
+                if h.last_offset() < offset {
+                    continue;
+                }
+                if h.last_offset() >= bound
+                    || (!chunks.is_empty() && total + bytes.len() > max_bytes)
+                {
+                    break 'segment;
+                }
+                total += bytes.len();
+                chunks.push(bytes);
+                if total >= max_bytes {
+                    break 'segment;
+                }
+            }
+            pos = next;
+        }
+        Ok(ReadOutcome {
+            chunks,
+            high_watermark: hw,
+            log_start_offset: log_start,
+        })
+    }
+
+    /// Resolves when the high watermark passes `offset` (returns it), or at `deadline`, or
+    /// when the partition closes or fails. Consumer long polls.
+    pub async fn wait_for_hw_beyond(&self, offset: i64, deadline: Instant) -> i64 {
+        self.wait_until(&self.progress, deadline, |inner| {
+            inner.high_watermark > offset
+        })
+        .await;
+        self.high_watermark()
+    }
+
+    /// Resolves when the log end passes `offset` (returns it), or at `deadline`, or when the
+    /// partition closes or fails. A leader long-polling for a follower's fetch.
+    pub async fn wait_for_log_end_beyond(&self, offset: i64, deadline: Instant) -> i64 {
+        self.wait_until(&self.appended, deadline, |inner| inner.next_offset > offset)
+            .await;
+        self.log_end_offset()
+    }
+
+    /// Resolves when the high watermark moves past `offset`, or after `timeout`.
+    pub async fn wait_for_data(&self, offset: i64, timeout: Duration) {
+        self.wait_for_hw_beyond(offset, Instant::now() + timeout)
+            .await;
+    }
+
+    /// Waits on `notify` until `ready` holds (or the partition closes or fails), or until
+    /// `deadline`. The listener is taken before the check so no wake-up is missed.
+    async fn wait_until(&self, notify: &Notify, deadline: Instant, ready: impl Fn(&Inner) -> bool) {
+        let wait = async {
+            loop {
+                let listener = notify.listen();
+                {
+                    let inner = self.inner.borrow();
+                    if ready(&inner) || inner.closed || inner.failed.is_some() {
+                        return;
+                    }
+                }
+                listener.await;
+            }
+        };
+        let sleep = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+        futures_lite::future::or(wait, sleep).await;
+    }
+
+    /// Kafka's ListOffsets by timestamp: the first record (at or after the log start, below
+    /// the high watermark) whose timestamp is >= `ts`. Batches whose max timestamp qualifies
+    /// are opened to find the record inside, so a batch stamped T1 < T2 answers its second
+    /// record for T2, not its base offset.
+    pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<TimestampOffset>, Error> {
+        let mut load = None;
+        let (file, path, mut pos, end, from_offset, hw, log_start) = loop {
+            if let Some(base) = load.take() {
+                self.ensure_segment_ready(base).await?;
+            }
+            let inner = self.inner.borrow();
+            if inner.closed {
+                return Err(Error::Closed);
+            }
+            let (hw, log_start) = (inner.high_watermark, inner.log_start);
+            let Some(seg) = inner.segments.values().find(|s| {
+                s.next_offset > log_start && s.offset_of_max_timestamp >= 0 && s.max_timestamp >= ts
+            }) else {
+                return Ok(None);
+            };
+            if !seg.index_loaded || seg.file.is_none() {
+                load = Some(seg.base_offset);
+                continue;
+            }
+            let from = seg
+                .time_index
+                .floor_below(ts)
+                .map(|r| seg.base_offset + r as i64)
+                .unwrap_or(seg.base_offset);
+            let from = from.max(log_start);
+            if inner
+                .cache
+                .first_offset()
+                .is_some_and(|first| first <= from)
+            {
+                return Ok(inner
+                    .cache
+                    .timestamp_candidates(from, ts, hw)
+                    .find_map(|b| record_at_or_after(&b.bytes, ts, log_start, hw)));
+            }
+            let Some(file) = seg.file.clone() else {
+                return Err(Error::corruption(
+                    &seg.path,
+                    0,
+                    "segment below the tail cache has no file",
+                ));
+            };
+            let pos = seg.index.lookup(seg.relative(from)) as u64;
+            break (
+                file,
+                seg.path.clone(),
+                pos,
+                seg.written.min(seg.size),
+                from,
+                hw,
+                log_start,
+            );
+        };
+        while pos < end {
+            let (batches, next) =
+                read_batches(&*file, &path, pos, end, READ_CHUNK_BYTES_MIN).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for (h, bytes) in batches {
+                if h.last_offset() < from_offset {
+                    continue;
+                }
+                if h.base_offset >= hw {
+                    return Ok(None);
+                }
+                if h.max_timestamp >= ts {
+                    if let Some(found) = record_at_or_after(&bytes, ts, log_start, hw) {
+                        return Ok(Some(found));
+                    }
+                }
+            }
+            pos = next;
+            glommio::yield_if_needed().await;
+        }
+        // The rest of that segment may not be written yet: it is in the tail cache.
+        let inner = self.inner.borrow();
+        let found = inner
+            .cache
+            .timestamp_candidates(from_offset, ts, hw)
+            .find_map(|b| record_at_or_after(&b.bytes, ts, log_start, hw));
+        Ok(found)
+    }
+
+    /// Opens a closed segment's file and loads (or, if insane, rebuilds) its indexes on first
+    /// use. Two concurrent callers may both load; the results are identical, last one wins.
+    pub(super) async fn ensure_segment_ready(&self, base: i64) -> Result<(), Error> {
+        let Some((need_file, need_index, path, size, next_offset)) =
+            self.inner.borrow().segments.get(&base).map(|s| {
+                (
+                    s.file.is_none(),
+                    !s.index_loaded,
+                    s.path.clone(),
+                    s.size,
+                    s.next_offset,
+                )
+            })
+        else {
+            return Ok(());
+        };
+        if need_file {
+            let file = self
+                .fs
+                .open_segment(&path, false)
+                .await
+                .map_err(|e| Error::io(&path, "open", e))?;
+            if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+                seg.file.get_or_insert(file);
+            }
+        }
+        if !need_index {
+            return Ok(());
+        }
+        let max_rel = (next_offset - base - 1).max(0) as u64;
+        let (index, time_index) = match load_index(&self.dir, base, size, max_rel).await {
+            Some(loaded) => loaded,
+            None => {
+                let file = self
+                    .inner
+                    .borrow()
+                    .segments
+                    .get(&base)
+                    .and_then(|s| s.file.clone());
+                let Some(file) = file else { return Ok(()) };
+                let config = self.config();
+                let rebuilt = rebuild_closed_indexes(
+                    &self.dir,
+                    &*file,
+                    &path,
+                    base,
+                    size,
+                    next_offset,
+                    &config,
+                )
+                .await?;
+                let Some(seg) = rebuilt else {
+                    return Err(Error::corruption(
+                        &path,
+                        0,
+                        "closed segment does not hold valid batches up to the next segment",
+                    ));
+                };
+                (seg.index, seg.time_index)
+            }
+        };
+        if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
+            seg.index = index;
+            seg.time_index = time_index;
+            seg.index_loaded = true;
+        }
+        Ok(())
+    }
+}
