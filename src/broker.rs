@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
+use glommio::{LocalExecutorBuilder, Placement};
 use thiserror::Error;
 use tracing::{error, info, warn};
 
@@ -16,7 +16,7 @@ use crate::clock::SystemClock;
 use crate::cluster::catalog::CatalogStore;
 use crate::cluster::quorum::Quorum;
 use crate::config::Config;
-use crate::limits::{DIRECT_WRITE_THREADS_PER_SHARD, MESH_CHANNEL_CAPACITY, SHUTDOWN_DRAIN_MS_MAX};
+use crate::limits::{MESH_CHANNEL_CAPACITY, SHUTDOWN_DRAIN_MS_MAX};
 use crate::server::admission::Admission;
 use crate::shard::mesh::{self, Builder, Mesh};
 use crate::shard::{ShardCtx, Shared};
@@ -152,12 +152,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);
         let ready_tx = ready_tx.clone();
         stops.push(stop_tx);
-        // The shard's direct-I/O segment writes run on its blocking threads
-        // (storage/file_io.rs). Not pinned to the shard's CPU, which is busy serving: they
-        // mostly sleep in the kernel while the device writes, and run wherever there is
-        // room, as io_uring's kernel workers did.
         let handle = LocalExecutorBuilder::new(Placement::Fixed(shard % cpus))
-            .blocking_thread_pool_placement(PoolPlacement::Unbound(DIRECT_WRITE_THREADS_PER_SHARD))
             .name(&format!("strata-shard-{shard}"))
             .spawn(move || async move {
                 shard_main(shard, shared, admission, builder, stop_rx, ready_tx).await

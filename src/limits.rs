@@ -35,12 +35,6 @@ pub const PRODUCE_TIMEOUT_MS_MAX: i32 = 300_000;
 /// be able to abort the process by asking for terabytes.
 pub const DECODE_ALLOCATION_LAZY_MIN: usize = 256 * 1024 * 1024;
 
-/// Threads per shard that run its segment writes (O_DIRECT `pwritev` from the log's own
-/// aligned buffers; glommio's io_uring writes only from its `!Send` `DmaBuffer`). Several,
-/// so many partitions flushing at once keep more than one write in flight on the device,
-/// as io_uring did.
-pub const DIRECT_WRITE_THREADS_PER_SHARD: usize = 4;
-
 /// Graceful shutdown waits this long for in-flight requests before closing anyway.
 pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 

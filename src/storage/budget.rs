@@ -375,12 +375,6 @@ impl Charge {
         true
     }
 
-    /// Takes over `other`'s bytes (same budget and class: one holder now pins both).
-    pub fn absorb(&mut self, mut other: Charge) {
-        debug_assert!(Rc::ptr_eq(&self.budget, &other.budget) && self.class == other.class);
-        self.bytes += std::mem::take(&mut other.bytes);
-    }
-
     /// Moves `bytes` (at most what is held) into a new charge of the same class.
     pub fn split(&mut self, bytes: usize) -> Charge {
         let bytes = bytes.min(self.bytes);

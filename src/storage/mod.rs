@@ -30,7 +30,6 @@
 //! Not handled yet: transactions (no LSO / aborted-transaction index; control batches are
 //! stored but bypass sequence checks), compaction.
 
-mod aligned;
 mod budget;
 pub mod cleaner;
 mod config;
@@ -92,23 +91,22 @@ pub const STATE_FILE_BYTES_MAX: usize = 64 << 20;
 
 /// Bytes of record batches the storage layer copied on this thread (one shard), by where.
 /// The produce path's budget is one copy of every appended byte (`into_log`: out of the
-/// request into the aligned chunk the log owns, patched there, and written from there),
-/// plus, per write, the blocks that cannot be written where they lie (`assembled`: a block
-/// straddling two chunks, and the partial last block, each under one alignment unit), plus
-/// at most one alignment unit per write to detach the partial block from an old chunk
-/// (`partial_block`). Counted always: a few adds per batch, read by tests and benches.
+/// request into the batch the log owns, patched there) plus the copy into the aligned DMA
+/// buffer that is written (`into_dma`, which also rewrites each partial last block once
+/// more), plus at most one alignment unit per write to detach that partial block from its
+/// batch (`partial_block`). Counted always: a few adds per batch, read by tests and benches.
 pub mod copy_stats {
     use std::cell::Cell;
 
     #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
     pub struct CopyStats {
         pub into_log: u64,
-        pub assembled: u64,
+        pub into_dma: u64,
         pub partial_block: u64,
     }
 
     thread_local! {
-        static STATS: Cell<CopyStats> = const { Cell::new(CopyStats { into_log: 0, assembled: 0, partial_block: 0 }) };
+        static STATS: Cell<CopyStats> = const { Cell::new(CopyStats { into_log: 0, into_dma: 0, partial_block: 0 }) };
     }
 
     /// This thread's counters so far.
@@ -127,8 +125,8 @@ pub mod copy_stats {
     pub(crate) fn add_log(n: usize) {
         update(|s| s.into_log += n as u64);
     }
-    pub(crate) fn add_assembled(n: usize) {
-        update(|s| s.assembled += n as u64);
+    pub(crate) fn add_dma(n: usize) {
+        update(|s| s.into_dma += n as u64);
     }
     pub(crate) fn add_partial_block(n: usize) {
         update(|s| s.partial_block += n as u64);

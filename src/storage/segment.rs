@@ -3,14 +3,13 @@
 //! fully written) the bytes staged for the flusher.
 //!
 //! Staging: `staging` holds the file bytes from `staging.start` (aligned down) to `size`,
-//! as a list of shared `Bytes` — the very batches the tail cache holds (slices of the log's
-//! aligned chunks, see `aligned.rs`), never a copy. It always begins with the partial last
-//! block already on disk, so a flush rewrites that block whole, with the new data after it
-//! (direct I/O cannot write part of a block). After a write, the fully written aligned
-//! prefix is dropped from the front; the partial last block (less than one alignment unit)
-//! stays in place while it lies in the chunk the log appends into, and is otherwise copied
-//! into its own small buffer, so an idle partition pins at most that much of old chunks.
-//! Appends only ever extend the back, so a flush in flight never sees bytes move under it.
+//! as a list of shared `Bytes` — the very batches the tail cache holds, never a copy. It
+//! always begins with the partial last block already on disk, so a flush rewrites that
+//! block whole, with the new data after it (direct I/O cannot write part of a block). After
+//! a write, the fully written aligned prefix is dropped from the front and the partial last
+//! block (less than one alignment unit) is copied into its own small buffer, so an idle
+//! partition pins at most that much and never a whole batch or request. Appends only ever
+//! extend the back, so a flush in flight never sees bytes move under it.
 //!
 //! Invariants: `written <= size`; `staging.start + staging.len() == size`; offsets in the
 //! segment are `[base_offset, next_offset)`; `size` fits in u32 (index positions).
@@ -190,38 +189,14 @@ impl Segment {
     }
 
     /// After `len` staged bytes starting at `start` were written: drop the fully written
-    /// aligned prefix, keep the partial last block for the next rewrite. `in_place(front)`
-    /// says whether the staged front may stay where it is (in the chunk the log appends
-    /// into, which it pins anyway, so the next write takes it without a copy); otherwise it
-    /// is copied out, so an old chunk is not pinned by a few bytes.
-    pub(crate) fn written_through(
-        &mut self,
-        start: u64,
-        len: usize,
-        alignment: u64,
-        in_place: impl Fn(&Bytes) -> bool,
-    ) {
+    /// aligned prefix, keep the partial last block for the next rewrite.
+    pub(crate) fn written_through(&mut self, start: u64, len: usize, alignment: u64) {
         let end = start + len as u64;
         self.written = self.written.max(end);
         let keep_from = end - end % alignment.max(1);
         self.staging.drop_before(keep_from);
-        if self.staging.front().is_some_and(in_place) {
-            return;
-        }
         let written_kept = self.written.saturating_sub(self.staging.start) as usize;
         self.staging.compact_front(written_kept);
-    }
-}
-
-impl Segment {
-    /// Copies the staged partial block out of the chunk `in_chunk` recognises, so that
-    /// chunk is no longer pinned by it. Called with everything written: the partial block
-    /// is all that is staged.
-    pub(crate) fn detach_staging(&mut self, in_chunk: impl Fn(&Bytes) -> bool) {
-        if self.staging.front().is_some_and(in_chunk) {
-            let written_kept = self.written.saturating_sub(self.staging.start) as usize;
-            self.staging.compact_front(written_kept);
-        }
     }
 }
 
@@ -279,11 +254,6 @@ impl Staging {
         }
         self.len += bytes.len();
         self.chunks.push_back(bytes);
-    }
-
-    /// The first staged chunk.
-    pub(crate) fn front(&self) -> Option<&Bytes> {
-        self.chunks.front()
     }
 
     /// The staged bytes as shared chunks (no copy), for one write.

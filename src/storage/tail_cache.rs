@@ -5,9 +5,8 @@
 //! memory budget asks, and only once its bytes are written to the segment file
 //! (`written_offset`), so unwritten data is always readable.
 //!
-//! Accounting: every entry is a slice of one of the log's aligned chunks (`aligned.rs`)
-//! and carries the budget `Charge` for its bytes; the newest entry of a chunk the log moved
-//! on from also carries the chunk's unused rest, so what the cache counts is what it pins.
+//! Accounting: every entry owns its own buffer (the log's copy of the batch, exactly its
+//! size) and carries the budget `Charge` for it, so what the cache counts is what it pins.
 //! The staging list of the active segment shares these buffers while they are unwritten.
 
 use std::collections::VecDeque;
@@ -36,16 +35,6 @@ impl TailCache {
     /// First offset served from memory; `None` if empty.
     pub(crate) fn first_offset(&self) -> Option<i64> {
         self.batches.front().map(|b| b.base_offset)
-    }
-
-    /// The newest entry.
-    pub(crate) fn last_mut(&mut self) -> Option<&mut CachedBatch> {
-        self.batches.back_mut()
-    }
-
-    /// No entries.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.batches.is_empty()
     }
 
     pub(crate) fn push(&mut self, batch: CachedBatch) {

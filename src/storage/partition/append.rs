@@ -7,13 +7,12 @@
 use std::path::Path;
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError, BatchHeader,
 };
-use crate::storage::aligned::{Placement, CHUNK_ALIGN};
-use crate::storage::budget::{Charge, MemoryBudget, MemoryClass};
+use crate::storage::budget::{Charge, MemoryClass};
 use crate::storage::producer_state::{BatchIdentity, SequenceError, Verdict};
 use crate::storage::segment::Segment;
 use crate::storage::tail_cache::CachedBatch;
@@ -24,60 +23,6 @@ use crate::storage::{
 use super::{AppendOutcome, HwMode, Inner, Partition, ReplicaAppendOutcome};
 
 impl Inner {
-    /// Copies one batch into the log buffer at the end of the active segment and lets
-    /// `patch` edit it there: the one copy of an appended byte (`copy_stats::into_log`).
-    /// The caller charged the batch's own bytes; a new chunk's unused rest is charged here
-    /// (`log_buffer_unused`, shrinking as batches fill it), from what is free or evictable,
-    /// or the chunk is cut to the batch (plus its alignment, under two blocks, taken even
-    /// past the limit, like the batch its caller was allowed) when nothing is. A chunk left behind hands its unused rest to
-    /// the newest cached batch, which pins the chunk longest.
-    fn place_batch(
-        &mut self,
-        input: &[u8],
-        budget: &Rc<MemoryBudget>,
-        patch: impl FnOnce(&mut [u8]),
-    ) -> Bytes {
-        let (segment, pos) = {
-            let seg = self.active();
-            (seg.base_offset, seg.size)
-        };
-        let len = input.len();
-        let capacity = match self.log_buffer.placement(segment, pos, len) {
-            Placement::Fits => {
-                if let Some(unused) = &mut self.log_buffer_unused {
-                    unused.shrink(len);
-                }
-                0
-            }
-            Placement::NewChunk { capacity } => {
-                if let Some(old) = self.log_buffer_unused.take() {
-                    match self.cache.last_mut() {
-                        Some(newest) => newest.charge.absorb(old),
-                        None => drop(old),
-                    }
-                }
-                let head = (pos % CHUNK_ALIGN as u64) as usize;
-                let least = (head + len).next_multiple_of(CHUNK_ALIGN);
-                // Eviction skips this log (it is borrowed) but may free others' caches.
-                let (capacity, unused) =
-                    match budget.charge_evicting(MemoryClass::Log, capacity.saturating_sub(len)) {
-                        Some(c) => (capacity, c),
-                        None => {
-                            let pad = least.saturating_sub(len);
-                            let c = budget
-                                .charge_evicting(MemoryClass::Log, pad)
-                                .unwrap_or_else(|| budget.charge_forced(MemoryClass::Log, pad));
-                            (least, c)
-                        }
-                    };
-                self.log_buffer_unused = Some(unused);
-                capacity
-            }
-        };
-        crate::storage::copy_stats::add_log(len);
-        self.log_buffer.append(segment, pos, input, capacity, patch)
-    }
-
     /// Records that `epoch` starts at `base` if it is not the latest epoch already (Kafka
     /// assigns on every batch whose epoch differs from the latest one).
     fn assign_epoch(&mut self, epoch: i32, base: i64) {
@@ -133,10 +78,9 @@ impl Partition {
     }
 
     /// Appends one batch the caller validated (see module doc). Not yet durable on return.
-    /// The batch (a slice of the request) is copied exactly once, into the log's aligned
-    /// chunk (`place_batch`), and its offsets and leader epoch are patched there (outside
-    /// the CRC); the tail cache and the segment's staging share that memory, and the
-    /// flusher writes it from there.
+    /// The batch (a slice of the request) is copied exactly once, into the buffer the log
+    /// owns, and its offsets and leader epoch are patched there (outside the CRC); the tail
+    /// cache and the segment's staging share that buffer until the flusher writes it.
     pub fn append(
         &self,
         batch: impl AsRef<[u8]>,
@@ -230,27 +174,27 @@ impl Partition {
 
         let base_offset = inner.next_offset;
         let leader_epoch = inner.leader_epoch;
-        let last_offset = base_offset + (header.last_offset() - header.base_offset);
-        if inner.should_roll(input.len(), last_offset, now_ms) {
-            inner.roll(&self.dir);
-        }
-        let log_append_time = inner.config.message_timestamp_type == TimestampType::LogAppendTime;
-        let budget = Rc::clone(&self.budget.borrow());
-        // The one copy of the produce path's record bytes (see `copy_stats`), patched in
-        // place (base offset and leader epoch are outside the CRC).
-        let bytes = inner.place_batch(input, &budget, |batch| {
-            patch_base_offset(batch, base_offset);
-            patch_leader_epoch(batch, leader_epoch);
-            if log_append_time {
-                patch_log_append_time(batch, now_ms);
+        // The one copy of the produce path's record bytes (see `copy_stats`).
+        let mut batch = BytesMut::from(input);
+        crate::storage::copy_stats::add_log(input.len());
+        patch_base_offset(&mut batch, base_offset);
+        patch_leader_epoch(&mut batch, leader_epoch);
+        let log_append_time_ms = match inner.config.message_timestamp_type {
+            TimestampType::LogAppendTime => {
+                patch_log_append_time(&mut batch, now_ms);
+                now_ms
             }
-        });
-        let log_append_time_ms = if log_append_time { now_ms } else { -1 };
-        let h = BatchHeader::parse(&bytes).map_err(AppendError::CorruptMessage)?;
+            TimestampType::CreateTime => -1,
+        };
+        let h = BatchHeader::parse(&batch).map_err(AppendError::CorruptMessage)?;
         assert!(
-            h.base_offset == base_offset && h.last_offset() == last_offset,
+            h.base_offset == base_offset && h.last_offset() >= base_offset,
             "offsets must increase"
         );
+        if inner.should_roll(batch.len(), h.last_offset(), now_ms) {
+            inner.roll(&self.dir);
+        }
+        let bytes = batch.freeze();
         let interval = inner.config.index_interval_bytes;
         inner.active().append(bytes.clone(), &h, interval, now_ms);
         inner.next_offset = h.last_offset() + 1;
@@ -314,10 +258,9 @@ impl Partition {
     /// from the batches, as recovery does, so this replica dedups correctly if it becomes
     /// leader. Not durable on return: `wait_durable(last_offset)` as for `append`.
     ///
-    /// Each batch is copied out of the fetch response into the log's aligned chunk (the
-    /// one copy, as for `append`): the response (up to `replica_fetch_response_max_bytes`,
-    /// many partitions) is then freed at once, instead of being pinned whole by whichever
-    /// log cached its last slice.
+    /// Each batch is copied out of the fetch response into a buffer of its own: the
+    /// response (up to `replica_fetch_response_max_bytes`, many partitions) is then freed
+    /// at once, instead of being pinned whole by whichever log cached its last slice.
     ///
     /// `leader_epoch` is the epoch of the leader the batches came from: no batch it sends can
     /// carry a newer one, so a batch that does is refused (`BadLeaderEpoch`) before its epoch
@@ -364,8 +307,7 @@ impl Partition {
                 });
             }
             expected = h.last_offset() + 1;
-            // A slice of the response; copied once, into the log buffer, below.
-            parsed.push((h, batches.slice(at..at + len)));
+            parsed.push((h, Bytes::copy_from_slice(one)));
             at += len;
             total += len;
         }
@@ -383,17 +325,14 @@ impl Partition {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let budget = Rc::clone(&self.budget.borrow());
-        for (h, input) in parsed {
+        for (h, bytes) in parsed {
             assert!(
                 h.base_offset == inner.next_offset && h.last_offset() >= h.base_offset,
                 "replica offsets must continue the log"
             );
-            if inner.should_roll(input.len(), h.last_offset(), now_ms) {
+            if inner.should_roll(bytes.len(), h.last_offset(), now_ms) {
                 inner.roll(&self.dir);
             }
-            // The fetch response is then freed at once, not pinned by a cached slice.
-            let bytes = inner.place_batch(&input, &budget, |_| {});
             let interval = inner.config.index_interval_bytes;
             inner.active().append(bytes.clone(), &h, interval, now_ms);
             inner.next_offset = h.last_offset() + 1;
@@ -411,7 +350,12 @@ impl Partition {
                 inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
             }
             // The charge taken for the whole input is split over the batches kept.
-            let batch_charge = charge.split(bytes.len());
+            let batch_charge = {
+                let budget = Rc::clone(&self.budget.borrow());
+                let c = budget.charge_forced(MemoryClass::Log, bytes.len());
+                charge.shrink(bytes.len());
+                c
+            };
             inner.cache.push(CachedBatch {
                 base_offset: h.base_offset,
                 last_offset: h.last_offset(),

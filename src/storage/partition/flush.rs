@@ -186,8 +186,8 @@ impl Partition {
                 let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
                     return Ok(());
                 };
-                // Shared handles on the staged batches, written from where they lie (only
-                // blocks straddling two chunks and the partial last block are copied).
+                // Shared handles on the staged batches: the only copy is the one into the
+                // DMA buffer that `write_at` makes.
                 let data = if seg.unwritten() > 0 {
                     seg.staging.chunks()
                 } else {
@@ -275,9 +275,9 @@ impl Partition {
                         Err(e) => return Err(Error::io(&path, "fallocate", e)),
                     }
                 }
-                // Each write takes a permit from the shard's write pool, one piece at a
-                // time: it bounds the writes in flight (and, where a write must assemble
-                // blocks, their buffers), so many logs flushing at once queue for it.
+                // Each write's aligned DMA buffer comes out of the shard's write pool, one
+                // piece at a time, so many logs flushing at once cannot each hold a copy of
+                // their staging beside it.
                 let budget = Rc::clone(&self.budget.borrow());
                 let mut at = start;
                 for piece in split_writes(data, WRITE_PIECE_BYTES) {
@@ -290,15 +290,8 @@ impl Partition {
                     at += len as u64;
                 }
                 let mut inner = self.inner.borrow_mut();
-                let Inner {
-                    segments,
-                    log_buffer,
-                    ..
-                } = &mut *inner;
-                if let Some(seg) = segments.get_mut(&base) {
-                    seg.written_through(start, data_len, file.alignment(), |front| {
-                        log_buffer.holds(front)
-                    });
+                if let Some(seg) = inner.segments.get_mut(&base) {
+                    seg.written_through(start, data_len, file.alignment());
                 }
                 inner.written_offset = inner.written_offset.max(end_offset);
                 budget.mark_evictable();

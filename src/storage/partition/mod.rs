@@ -54,8 +54,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::aligned::LogBuffer;
-use super::budget::{Charge, Evictable, MemoryBudget};
+use super::budget::{Evictable, MemoryBudget};
 use super::epoch_checkpoint;
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
@@ -123,10 +122,6 @@ struct Inner {
     written_offset: i64,
     producers: ProducerStateTable,
     cache: TailCache,
-    /// The aligned chunk appends are copied into (the produce path's one copy).
-    log_buffer: LogBuffer,
-    /// Budget charge for the part of `log_buffer`'s chunk no batch uses yet.
-    log_buffer_unused: Option<Charge>,
     failed: Option<Error>,
     closing: bool,
     closed: bool,
@@ -176,39 +171,17 @@ pub struct Partition {
 
 impl Evictable for Partition {
     /// Drops written batches from the front of the tail cache (reads then go to disk).
-    /// Once the cache is empty and everything is written, the log also lets go of the chunk
-    /// it appends into (an idle partition then pins only its partial last block).
     /// A log busy in a borrow (the caller is inside it) gives nothing this time.
     fn evict(&self, bytes: usize) -> usize {
         let Ok(mut inner) = self.inner.try_borrow_mut() else {
             return 0;
         };
         let written = inner.written_offset;
-        let mut freed = inner.cache.evict_bytes(bytes, written);
-        if freed < bytes && inner.cache.is_empty() && inner.staged_bytes() == 0 {
-            freed += inner.release_log_buffer();
-        }
-        freed
+        inner.cache.evict_bytes(bytes, written)
     }
 }
 
 impl Inner {
-    /// Forgets the log buffer's chunk (a truncation, a close, or an idle log asked to give
-    /// memory back); returns the budget bytes released. A staged partial block still in it
-    /// is copied out first, so the chunk really goes.
-    fn release_log_buffer(&mut self) -> usize {
-        let Inner {
-            segments,
-            log_buffer,
-            ..
-        } = self;
-        if let Some(seg) = segments.values_mut().next_back() {
-            seg.detach_staging(|b| log_buffer.holds(b));
-        }
-        log_buffer.release();
-        self.log_buffer_unused.take().map_or(0, |c| c.bytes())
-    }
-
     fn staged_bytes(&self) -> u64 {
         self.segments
             .values()
@@ -339,8 +312,6 @@ impl Partition {
             written_offset: rec.next_offset,
             producers: rec.producers,
             cache: TailCache::default(),
-            log_buffer: LogBuffer::default(),
-            log_buffer_unused: None,
             failed: None,
             closing: false,
             closed: false,
@@ -550,7 +521,6 @@ impl Partition {
             let mut inner = self.inner.borrow_mut();
             inner.closed = true;
             inner.cache.clear();
-            inner.release_log_buffer();
         }
         self.progress.notify_all();
         result

@@ -56,10 +56,6 @@ impl Inner {
         self.written_offset = rec.next_offset;
         self.producers = rec.producers;
         self.cache.clear();
-        // The recovered staging holds its own copy of the partial block; appends start a
-        // new chunk.
-        self.log_buffer.release();
-        self.log_buffer_unused = None;
         self.high_watermark = self
             .high_watermark
             .min(self.next_offset)
