@@ -608,7 +608,7 @@ async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -
     // past the high watermark become committed once the followers catch up. `read` would
     // stop at the local HW, which on a follower just promoted lags the old leader's: the
     // last commits the old coordinator acknowledged would be missing.
-    let end = p.log_end();
+    let end = p.log_end_offset();
     let mut count = 0;
     while offset < end {
         let read = match p.read_bounded(offset, LOAD_READ_BYTES, end).await {

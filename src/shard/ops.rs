@@ -680,7 +680,7 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
         ) {
             Ok(_) if !read => nothing(),
             Ok(_) => {
-                p.read_bounded(part.offset, part.max_bytes, p.log_end())
+                p.read_bounded(part.offset, part.max_bytes, p.log_end_offset())
                     .await
             }
             Err(e) => return FetchResult::error(e),

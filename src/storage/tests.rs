@@ -983,7 +983,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
                 .append(make_batch(2, 100 + seq as i64, 42, 0, seq * 2, 120), 0)
                 .unwrap();
         }
-        let leo = leader.log_end();
+        let leo = leader.log_end_offset();
         assert_eq!(leo, 24);
         leader.wait_durable(leo - 1).await.unwrap();
         let all = read_all(&leader, 0, leo).await;
@@ -1030,7 +1030,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
             follower.append_replica(corrupt.freeze(), 5),
             Err(ReplicaAppendError::CorruptMessage(_))
         ));
-        assert_eq!(follower.log_end(), 0);
+        assert_eq!(follower.log_end_offset(), 0);
         // Seven whole batches plus half of the eighth, as a size-limited Fetch returns.
         let mut first = concat(&all[..7]);
         first.extend_from_slice(&all[7][..all[7].len() / 2]);
@@ -1058,11 +1058,11 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         let partial = follower.append_replica(all[0].slice(..30), 5).unwrap();
         assert_eq!((partial.batches, partial.first_offset), (0, -1));
         follower.wait_durable(23).await.unwrap();
-        assert_eq!(follower.durable_end(), 24);
+        assert_eq!(follower.durable_offset(), 24);
         // Replicated HW does not follow durability: nothing is visible to consumers yet.
-        assert_eq!(follower.hw(), 0);
+        assert_eq!(follower.high_watermark(), 0);
         assert!(follower.read(0, 1 << 20).await.unwrap().chunks.is_empty());
-        assert_eq!(read_all(&follower, 0, follower.log_end()).await, all);
+        assert_eq!(read_all(&follower, 0, follower.log_end_offset()).await, all);
         assert_eq!(follower.epoch_cache(), leader.epoch_cache());
         assert_eq!(follower.latest_epoch(), Some(5));
         // Producer state came along: once leader, the follower dedups a retry.
@@ -1123,8 +1123,8 @@ fn truncate_then_append_again() {
                     }
                 }
             }
-            assert_eq!(p.log_end(), 50);
-            assert_eq!(p.hw(), 50);
+            assert_eq!(p.log_end_offset(), 50);
+            assert_eq!(p.high_watermark(), 50);
             assert!(p.read(50, 100).await.unwrap().chunks.is_empty());
             assert!(matches!(
                 p.read(51, 100).await,
@@ -1140,8 +1140,8 @@ fn truncate_then_append_again() {
                 let out = p.append(b.clone(), 0).unwrap();
                 model.push((out.base_offset, stored(&b, out.base_offset)));
             }
-            assert_eq!(p.log_end(), 38 + 90);
-            p.wait_durable(p.log_end() - 1).await.unwrap();
+            assert_eq!(p.log_end_offset(), 38 + 90);
+            p.wait_durable(p.log_end_offset() - 1).await.unwrap();
             check_all(&p, &model).await;
             assert_eq!(p.truncate_to(38 + 45).await.unwrap(), 38 + 45);
             model.truncate(19 + 15);
@@ -1153,7 +1153,7 @@ fn truncate_then_append_again() {
             let p = Partition::open(dir.path().to_path_buf(), small_config())
                 .await
                 .unwrap();
-            assert_eq!(p.log_end(), 83);
+            assert_eq!(p.log_end_offset(), 83);
             check_all(&p, &model).await;
             let b = plain(1, 1, 10);
             assert_eq!(p.append(b, 0).unwrap().base_offset, 83);
@@ -1199,7 +1199,7 @@ fn truncate_and_reopen_never_resurrects() {
         let p = Partition::open(dir.path().to_path_buf(), small_config())
             .await
             .unwrap();
-        assert_eq!(p.log_end(), 120);
+        assert_eq!(p.log_end_offset(), 120);
         check_all(&p, &model).await;
         p.close().await.unwrap();
 
@@ -1221,7 +1221,11 @@ fn truncate_and_reopen_never_resurrects() {
         let p = Partition::open(dir.path().to_path_buf(), small_config())
             .await
             .unwrap();
-        assert_eq!(p.log_end(), 40, "the cut holds; nothing past it came back");
+        assert_eq!(
+            p.log_end_offset(),
+            40,
+            "the cut holds; nothing past it came back"
+        );
         check_all(&p, &model[..20]).await;
         assert!(count_logs() <= 3);
         let out = p.append(plain(1, 1, 33), 0).unwrap();
@@ -1232,7 +1236,7 @@ fn truncate_and_reopen_never_resurrects() {
         let p = Partition::open(dir.path().to_path_buf(), small_config())
             .await
             .unwrap();
-        assert_eq!(p.log_end(), 41);
+        assert_eq!(p.log_end_offset(), 41);
         assert_eq!(
             p.read(40, 1).await.unwrap().chunks[0],
             stored(&plain(1, 1, 33), 40)
@@ -1250,7 +1254,10 @@ fn truncate_and_reopen_never_resurrects() {
         let p = Partition::open(dir.path().to_path_buf(), small_config())
             .await
             .unwrap();
-        assert_eq!((p.log_start(), p.log_end(), p.hw()), (500, 500, 500));
+        assert_eq!(
+            (p.log_start_offset(), p.log_end_offset(), p.high_watermark()),
+            (500, 500, 500)
+        );
         assert_eq!(
             count_logs(),
             0,
@@ -1260,7 +1267,10 @@ fn truncate_and_reopen_never_resurrects() {
         assert_eq!(p.append(plain(1, 1, 5), 0).unwrap().base_offset, 500);
         // And the API itself.
         p.truncate_fully_and_start_at(900).await.unwrap();
-        assert_eq!((p.log_start(), p.log_end(), p.hw()), (900, 900, 900));
+        assert_eq!(
+            (p.log_start_offset(), p.log_end_offset(), p.high_watermark()),
+            (900, 900, 900)
+        );
         assert_eq!(p.append(plain(2, 1, 5), 0).unwrap().base_offset, 900);
         p.wait_durable(901).await.unwrap();
         p.crash().await;
@@ -1268,7 +1278,7 @@ fn truncate_and_reopen_never_resurrects() {
         let p = Partition::open(dir.path().to_path_buf(), small_config())
             .await
             .unwrap();
-        assert_eq!((p.log_start(), p.log_end()), (900, 902));
+        assert_eq!((p.log_start_offset(), p.log_end_offset()), (900, 902));
         assert!(!dir
             .path()
             .join(super::state_file::TRUNCATE_FULLY_INTENT_FILE)
@@ -1309,7 +1319,10 @@ fn follower_refuses_batches_with_impossible_leader_epochs() {
                 leader_epoch: 5
             })
         );
-        assert_eq!((follower.log_end(), follower.latest_epoch()), (0, None));
+        assert_eq!(
+            (follower.log_end_offset(), follower.latest_epoch()),
+            (0, None)
+        );
         // Honest batches go in; leading later in a newer epoch works.
         follower.append_replica(stamped(0, 4), 5).unwrap();
         follower.append_replica(stamped(2, 5), 5).unwrap();
@@ -1436,14 +1449,16 @@ fn read_bounded_stops_at_hw_with_whole_batches() {
             let out = p.append(b.clone(), 0).unwrap();
             model.push((out.base_offset, stored(&b, out.base_offset)));
         }
-        assert_eq!(p.hw(), 0);
+        assert_eq!(p.high_watermark(), 0);
         let r = p.read_bounded(0, 1 << 20, 0).await.unwrap();
         assert!(r.chunks.is_empty());
         // HW 4 is inside the batch [3, 5]: only [0, 2] is served.
         p.set_hw(4);
         for upper_read in [true, false] {
             let r = if upper_read {
-                p.read_bounded(0, 1 << 20, p.hw()).await.unwrap()
+                p.read_bounded(0, 1 << 20, p.high_watermark())
+                    .await
+                    .unwrap()
             } else {
                 p.read(0, 1 << 20).await.unwrap()
             };
@@ -1458,10 +1473,10 @@ fn read_bounded_stops_at_hw_with_whole_batches() {
             .is_empty());
         // Lower values are ignored: the HW is monotonic.
         p.set_hw(2);
-        assert_eq!(p.hw(), 4);
+        assert_eq!(p.high_watermark(), 4);
         // Follower reads go to the log end; the disk path (no tail cache) too.
         p.wait_durable(59).await.unwrap();
-        let all = read_all(&p, 0, p.log_end()).await;
+        let all = read_all(&p, 0, p.log_end_offset()).await;
         assert_eq!(all.len(), 20);
         let r = p.read_bounded(7, 1 << 20, 31).await.unwrap();
         assert_eq!(
@@ -1497,7 +1512,7 @@ fn read_bounded_stops_at_hw_with_whole_batches() {
         // Truncation lowers the HW to the new end.
         p.set_hw(60);
         assert_eq!(p.truncate_to(9).await.unwrap(), 9);
-        assert_eq!(p.hw(), 9);
+        assert_eq!(p.high_watermark(), 9);
         p.set_hw(9);
         p.close().await.unwrap();
         let p = Partition::open_with_mode(
@@ -1508,7 +1523,7 @@ fn read_bounded_stops_at_hw_with_whole_batches() {
         )
         .await
         .unwrap();
-        assert_eq!((p.hw(), p.log_end()), (9, 9));
+        assert_eq!((p.high_watermark(), p.log_end_offset()), (9, 9));
         for i in 0..3 {
             p.append(plain(1, i, 10), 0).unwrap();
         }
@@ -1521,13 +1536,13 @@ fn read_bounded_stops_at_hw_with_whole_batches() {
         let p = Partition::open_replicated(dir.path().to_path_buf(), config.clone())
             .await
             .unwrap();
-        assert_eq!((p.hw(), p.log_end()), (12, 12));
+        assert_eq!((p.high_watermark(), p.log_end_offset()), (12, 12));
         p.close().await.unwrap();
         std::fs::remove_file(dir.path().join(super::state_file::HW_CHECKPOINT_FILE)).unwrap();
         let p = Partition::open_replicated(dir.path().to_path_buf(), config)
             .await
             .unwrap();
-        assert_eq!(p.hw(), 0);
+        assert_eq!(p.high_watermark(), 0);
         p.close().await.unwrap();
     });
 }
@@ -1552,7 +1567,7 @@ fn producer_state_after_truncate() {
         p.append(make_batch(2, 1, 9, 0, 0, 100), 0).unwrap();
         p.append(make_batch(2, 1, 9, 1, 0, 100), 0).unwrap();
         p.append(make_batch(2, 1, 7, 0, 20, 100), 0).unwrap();
-        assert_eq!(p.log_end(), 28);
+        assert_eq!(p.log_end_offset(), 28);
         assert_eq!(p.truncate_to(24).await.unwrap(), 24);
         let check = |p: Rc<Partition>| async move {
             // pid 9 is at epoch 0 again (its epoch-1 batch was cut), continuing at seq 2.

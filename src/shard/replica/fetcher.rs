@@ -162,8 +162,8 @@ pub(super) fn retry_stalled_followers(ctx: &Rc<ShardCtx>) {
         let (state, first) = FollowerState::new(
             fr.state.leader(),
             fr.state.leader_epoch(),
-            p.log_end(),
-            p.hw(),
+            p.log_end_offset(),
+            p.high_watermark(),
             p.latest_epoch(),
         );
         fr.state = state;
@@ -200,7 +200,7 @@ pub(super) async fn run_follower_commands(
                     warn!(topic = %tp.topic, partition = tp.partition, "truncate fully: {e}");
                 }
             }
-            FollowerCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end())),
+            FollowerCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end_offset())),
             FollowerCommand::AwaitMetadata => set_next(ctx, tp, leader, epoch, None),
             request => set_next(ctx, tp, leader, epoch, Some(request)),
         }
@@ -341,7 +341,7 @@ pub(super) async fn send_epoch_requests(
                     epoch,
                     a.leader_epoch,
                     a.end_offset,
-                    p.log_end(),
+                    p.log_end_offset(),
                     &p.epoch_cache(),
                 )
             }),
@@ -394,7 +394,7 @@ pub(super) async fn send_list_offsets(
             *slot = p.offset;
         }
         let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
-            s.handle_log_bounds(bounds[0], bounds[1], p.log_end())
+            s.handle_log_bounds(bounds[0], bounds[1], p.log_end_offset())
         });
         run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
     }
@@ -421,7 +421,7 @@ pub(super) async fn send_fetch(
             .with_partition(w.tp.partition)
             .with_current_leader_epoch(w.leader_epoch)
             .with_fetch_offset(*offset)
-            .with_log_start_offset(w.partition.log_start())
+            .with_log_start_offset(w.partition.log_start_offset())
             .with_partition_max_bytes(config.replica_fetch_max_bytes);
         match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
             Some(t) => t.partitions.push(part),
@@ -477,7 +477,7 @@ pub(super) async fn send_fetch(
         // or reordered answer must not be written.
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
         let mut last_offset = -1;
-        if !records.is_empty() && expected == Some(offset) && p.log_end() == offset {
+        if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset {
             // A refusal (a batch the leader could not have written, a gap) is logged and the
             // fetch retried like a timeout; nothing of it is appended.
             match p.append_replica(records, w.leader_epoch) {
@@ -515,7 +515,7 @@ pub(super) async fn send_fetch(
             continue;
         }
         let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
-            s.handle_fetch_response(offset, p.log_end(), hw)
+            s.handle_fetch_response(offset, p.log_end_offset(), hw)
         });
         run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
     }
@@ -526,8 +526,8 @@ pub(super) async fn send_fetch(
 /// Kafka's followers do with the log start offset in every fetch response, never past our
 /// own HW (only committed records are ever deleted).
 pub(super) async fn follow_log_start(tp: &TopicPartition, p: &Partition, leader_log_start: i64) {
-    let target = leader_log_start.min(p.hw());
-    if target <= p.log_start() {
+    let target = leader_log_start.min(p.high_watermark());
+    if target <= p.log_start_offset() {
         return;
     }
     if let Err(e) = p.delete_records(target).await {

@@ -19,7 +19,7 @@ pub fn on_local_append(ctx: &Rc<ShardCtx>, tp: &TopicPartition) {
     let now = ctx.shared.clock.monotonic_ms();
     if let Some((p, cmds)) = ctx
         .replicas
-        .leader_commands(tp, |s, p| s.handle_local_leo(p.log_end(), now))
+        .leader_commands(tp, |s, p| s.handle_local_leo(p.log_end_offset(), now))
     {
         run_leader_commands(ctx, tp, &p, cmds);
     }
@@ -38,7 +38,7 @@ pub fn on_follower_fetch(
     let mut outcome = Err(ErrorCode::NotLeaderOrFollower);
     let cmds = ctx.replicas.leader_commands(tp, |s, p| {
         // Our own log end first, so a follower at the end counts as caught up.
-        let mut cmds = s.handle_local_leo(p.log_end(), now);
+        let mut cmds = s.handle_local_leo(p.log_end_offset(), now);
         match s.handle_follower_fetch(replica, fetch_offset, current_leader_epoch, now) {
             Ok(more) => {
                 cmds.extend(more);
@@ -72,7 +72,7 @@ pub(super) fn run_leader_commands(
 ) {
     for cmd in cmds {
         match cmd {
-            LeaderCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end())),
+            LeaderCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end_offset())),
             LeaderCommand::AlterIsr {
                 new_isr,
                 leader_epoch,
@@ -107,7 +107,7 @@ pub(super) fn tick_leaders(ctx: &Rc<ShardCtx>) {
         .collect();
     for tp in tps {
         if let Some((p, cmds)) = ctx.replicas.leader_commands(&tp, |s, p| {
-            let mut c = s.handle_local_leo(p.log_end(), now);
+            let mut c = s.handle_local_leo(p.log_end_offset(), now);
             c.extend(s.handle_tick(now));
             c
         }) {

@@ -295,7 +295,7 @@ fn update_role(
             }
         }
         // Become leader: later appends carry the new epoch, which starts at our log end.
-        let leo = p.log_end();
+        let leo = p.log_end_offset();
         if let Err(e) = p.set_leader_epoch(pm.leader_epoch) {
             // Leading would stamp an epoch the log contradicts: stay off (clients hear
             // NOT_LEADER_OR_FOLLOWER) until metadata or an operator resolves it.
@@ -303,7 +303,7 @@ fn update_role(
             roles.remove(tp);
             return;
         }
-        let hw = p.hw().min(leo);
+        let hw = p.high_watermark().min(leo);
         let mut state = LeaderState::new(
             me,
             pm.leader_epoch,
@@ -343,8 +343,8 @@ fn update_role(
     let (state, first) = FollowerState::new(
         pm.leader,
         pm.leader_epoch,
-        p.log_end(),
-        p.hw(),
+        p.log_end_offset(),
+        p.high_watermark(),
         p.latest_epoch(),
     );
     info!(topic = %tp.topic, partition = tp.partition, leader = pm.leader, epoch = pm.leader_epoch, "following");

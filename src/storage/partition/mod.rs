@@ -385,26 +385,10 @@ impl Partition {
         self.inner.borrow().log_start
     }
 
-    /// Offsets below this are fsynced.
+    /// Offsets below this are fsynced: the durable log end, what a follower reports to its
+    /// leader.
     pub fn durable_offset(&self) -> i64 {
         self.inner.borrow().durable_offset
-    }
-
-    /// The log end that is fsynced: what a follower reports to its leader.
-    pub fn durable_end(&self) -> i64 {
-        self.durable_offset()
-    }
-
-    pub fn log_end(&self) -> i64 {
-        self.log_end_offset()
-    }
-
-    pub fn log_start(&self) -> i64 {
-        self.log_start_offset()
-    }
-
-    pub fn hw(&self) -> i64 {
-        self.high_watermark()
     }
 
     pub fn hw_mode(&self) -> HwMode {

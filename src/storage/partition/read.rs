@@ -66,7 +66,7 @@ impl Partition {
     /// Like `read`, bounded by `upper` (exclusive; clamped to the log end) instead of the
     /// high watermark: only whole batches whose last offset is below `upper` are returned —
     /// a batch straddling it is not, as Kafka serves only whole batches below the HW.
-    /// Consumers pass `hw()`; a leader serving a follower passes `log_end()`.
+    /// Consumers pass `high_watermark()`; a leader serving a follower passes `log_end_offset()`.
     pub async fn read_bounded(
         &self,
         offset: i64,
