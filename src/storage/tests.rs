@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::file_io::{IoFuture, SegmentFile};
 use super::*;
+use crate::clock::{Clock, SystemClock};
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, validate, BatchHeader, BatchIter, BATCH_HEADER_LEN,
 };
@@ -1007,7 +1008,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         .unwrap();
         // A gap: the first batch must start at the follower's log end (0).
         assert_eq!(
-            follower.append_replica(joined(&all[2..4]), 5),
+            follower.append_replica(joined(&all[2..4]), 5, SystemClock.wall_ms()),
             Err(ReplicaAppendError::OffsetMismatch {
                 expected: 0,
                 got: 4
@@ -1017,7 +1018,7 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         let mut gappy = all[0..2].to_vec();
         gappy.push(all[3].clone());
         assert_eq!(
-            follower.append_replica(joined(&gappy), 5),
+            follower.append_replica(joined(&gappy), 5, SystemClock.wall_ms()),
             Err(ReplicaAppendError::OffsetMismatch {
                 expected: 4,
                 got: 6
@@ -1027,14 +1028,16 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         let n = corrupt.len();
         corrupt[n - 1] ^= 1;
         assert!(matches!(
-            follower.append_replica(corrupt.freeze(), 5),
+            follower.append_replica(corrupt.freeze(), 5, SystemClock.wall_ms()),
             Err(ReplicaAppendError::CorruptMessage(_))
         ));
         assert_eq!(follower.log_end_offset(), 0);
         // Seven whole batches plus half of the eighth, as a size-limited Fetch returns.
         let mut first = concat(&all[..7]);
         first.extend_from_slice(&all[7][..all[7].len() / 2]);
-        let out = follower.append_replica(Bytes::from(first), 5).unwrap();
+        let out = follower
+            .append_replica(Bytes::from(first), 5, SystemClock.wall_ms())
+            .unwrap();
         assert_eq!(
             out,
             ReplicaAppendOutcome {
@@ -1046,16 +1049,20 @@ fn follower_append_keeps_offsets_and_epochs_and_rejects_gaps() {
         );
         // Overlap (already have these offsets) is a mismatch too.
         assert!(matches!(
-            follower.append_replica(joined(&all[6..8]), 5),
+            follower.append_replica(joined(&all[6..8]), 5, SystemClock.wall_ms()),
             Err(ReplicaAppendError::OffsetMismatch {
                 expected: 14,
                 got: 12
             })
         ));
-        let out = follower.append_replica(joined(&all[7..]), 5).unwrap();
+        let out = follower
+            .append_replica(joined(&all[7..]), 5, SystemClock.wall_ms())
+            .unwrap();
         assert_eq!((out.first_offset, out.log_end_offset), (14, 24));
         // Only a partial batch: nothing appended, not an error.
-        let partial = follower.append_replica(all[0].slice(..30), 5).unwrap();
+        let partial = follower
+            .append_replica(all[0].slice(..30), 5, SystemClock.wall_ms())
+            .unwrap();
         assert_eq!((partial.batches, partial.first_offset), (0, -1));
         follower.wait_durable(23).await.unwrap();
         assert_eq!(follower.durable_offset(), 24);
@@ -1312,7 +1319,7 @@ fn follower_refuses_batches_with_impossible_leader_epochs() {
         };
         // Fetched from the leader of epoch 5: epoch 1_000_000 cannot be in its log.
         assert_eq!(
-            follower.append_replica(stamped(0, 1_000_000), 5),
+            follower.append_replica(stamped(0, 1_000_000), 5, SystemClock.wall_ms()),
             Err(ReplicaAppendError::BadLeaderEpoch {
                 offset: 0,
                 epoch: 1_000_000,
@@ -1324,8 +1331,12 @@ fn follower_refuses_batches_with_impossible_leader_epochs() {
             (0, None)
         );
         // Honest batches go in; leading later in a newer epoch works.
-        follower.append_replica(stamped(0, 4), 5).unwrap();
-        follower.append_replica(stamped(2, 5), 5).unwrap();
+        follower
+            .append_replica(stamped(0, 4), 5, SystemClock.wall_ms())
+            .unwrap();
+        follower
+            .append_replica(stamped(2, 5), 5, SystemClock.wall_ms())
+            .unwrap();
         assert_eq!(follower.latest_epoch(), Some(5));
         follower.set_leader_epoch(6).unwrap();
         // Asked to lead in an epoch older than the log holds: an error, not a panic.

@@ -480,7 +480,7 @@ pub(super) async fn send_fetch(
         if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset {
             // A refusal (a batch the leader could not have written, a gap) is logged and the
             // fetch retried like a timeout; nothing of it is appended.
-            match p.append_replica(records, w.leader_epoch) {
+            match p.append_replica(records, w.leader_epoch, ctx.shared.clock.wall_ms()) {
                 Ok(out) => last_offset = out.last_offset,
                 Err(e) => {
                     warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");

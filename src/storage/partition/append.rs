@@ -265,10 +265,13 @@ impl Partition {
     /// `leader_epoch` is the epoch of the leader the batches came from: no batch it sends can
     /// carry a newer one, so a batch that does is refused (`BadLeaderEpoch`) before its epoch
     /// reaches the cache.
+    /// `now_ms` is wall-clock time, read by the caller's clock as for `append`: it only
+    /// decides time-based segment rolls (`segment.ms`).
     pub fn append_replica(
         &self,
         batches: Bytes,
         leader_epoch: i32,
+        now_ms: i64,
     ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
         self.inner.borrow().check_open()?;
         let mut charge =
@@ -321,10 +324,6 @@ impl Partition {
         let first_offset = parsed.first().map(|(h, _)| h.base_offset).unwrap_or(-1);
         let last_offset = parsed.last().map(|(h, _)| h.last_offset()).unwrap_or(-1);
         let count = parsed.len();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
         for (h, bytes) in parsed {
             assert!(
                 h.base_offset == inner.next_offset && h.last_offset() >= h.base_offset,
