@@ -8,6 +8,8 @@
 //! - [`protocol`]: Kafka wire format — framing, record batches, error codes, API versions. Pure.
 //! - [`replication`]: ISR, high watermark and leader epochs as sans-IO state machines.
 //! - [`group`]: the consumer-group coordinator as a sans-IO state machine, and its records.
+//! - [`ingest`]: syslog (RFC 5424/3164, RFC 6587 framing, RELP) and HTTP produce parsers and
+//!   the record mapping, sans-IO.
 //! - [`storage`]: partition logs on disk — segments, indexes, recovery, retention, producer
 //!   state, the per-shard memory budget. File I/O through glommio.
 //! - [`config`]: typed configuration, defaults, validation.
@@ -31,6 +33,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod group;
+pub mod ingest;
 pub mod limits;
 pub mod protocol;
 pub mod replication;

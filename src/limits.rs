@@ -85,3 +85,53 @@ pub const PEER_REQUEST_TIMEOUT_MS: u64 = 5_000;
 
 /// Pause before a replica fetcher retries after an error (connection refused, timeout).
 pub const FETCHER_BACKOFF_MS: u64 = 200;
+
+/// Longest syslog message or HTTP line `syslog_message_max_bytes` may allow: a record must
+/// fit a batch under the default `message.max.bytes` with room for its headers.
+pub const INGEST_MESSAGE_BYTES_MAX: usize = 512 * 1024;
+
+/// Longest `ingest_linger_ms`: a record waits at most this for its batch to fill.
+pub const INGEST_LINGER_MS_MAX: u64 = 10_000;
+
+/// Bytes of records (estimated) in one ingestion batch before it is appended without
+/// waiting for the linger. Under the default `message.max.bytes` (1 MiB) with room for the
+/// batch framing, so a full batch is never refused as too large.
+pub const INGEST_BATCH_BYTES_MAX: usize = 768 * 1024;
+const _: () = assert!(INGEST_MESSAGE_BYTES_MAX < INGEST_BATCH_BYTES_MAX);
+
+/// Records in one ingestion batch (bounds the batch's record vector and the encode loop).
+pub const INGEST_BATCH_RECORDS_MAX: usize = 20_000;
+
+/// Batches one shard's ingestion may have appended and not yet durable (across all its
+/// partitions). Past it, new batches wait, and so do the connections that fill them: the
+/// senders are slowed instead of the broker queueing appends without limit.
+pub const INGEST_BATCHES_IN_FLIGHT_MAX: usize = 256;
+
+/// Full batches waiting to be appended on one shard (the queue between the connections
+/// that fill batches and the task that appends them). A connection that fills one more
+/// waits.
+pub const INGEST_READY_BATCHES_MAX: usize = 64;
+
+/// RELP messages one connection may have unanswered (librelp's window is 128 by default).
+/// Past it the connection is not read: the sender waits for answers.
+pub const RELP_WINDOW_MAX: usize = 1024;
+
+/// Longest HTTP request head (request line and headers).
+pub const HTTP_HEAD_BYTES_MAX: usize = 16 * 1024;
+
+/// Records in one HTTP produce request.
+pub const HTTP_RECORDS_PER_REQUEST_MAX: usize = 100_000;
+
+/// Bytes read from a syslog/RELP/HTTP socket at a time (taken from the shard's memory
+/// budget before the read).
+pub const INGEST_READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Largest UDP datagram read (the largest a UDP/IPv4 payload can be).
+pub const SYSLOG_DATAGRAM_BYTES_MAX: usize = 65_507;
+
+/// How often dropped UDP datagrams and unparsed lines are logged, at most.
+pub const INGEST_DROP_LOG_INTERVAL_MS: u64 = 10_000;
+
+/// Attempts to append an ingestion batch whose append failed with a retriable error (not
+/// leader yet, timed out, partition still opening) before its records are reported failed.
+pub const INGEST_APPEND_ATTEMPTS_MAX: u32 = 5;
