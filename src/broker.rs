@@ -133,6 +133,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         config.storage_min_free_bytes,
     ));
     let shared = Arc::new(Shared {
+        ingest_stats: crate::ingest::stats::IngestStats::new(nr_shards),
         config,
         nr_shards,
         catalog,
@@ -224,6 +225,14 @@ async fn shard_main(
             return;
         }
     };
+    // Syslog and HTTP listeners, when configured (bound here so a bad address fails start).
+    let ingest_sockets = match crate::server::ingest::bind(&ctx) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready_tx.send(Err(e));
+            return;
+        }
+    };
     info!(shard, listen = %shared.config.listen, "shard ready");
     let _ = ready_tx.send(Ok(()));
 
@@ -233,6 +242,7 @@ async fn shard_main(
         (shard == 0).then(|| glommio::spawn_local(housekeeping_loop(ctx.clone())).detach());
     let group_ticker = glommio::spawn_local(crate::shard::groups::ticker(ctx.clone())).detach();
     let metadata = glommio::spawn_local(crate::shard::replica::metadata_loop(ctx.clone())).detach();
+    let ingest = crate::server::ingest::start(&ctx, ingest_sockets, admission.clone());
     let acceptor =
         glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener, admission)).detach();
 
@@ -242,6 +252,9 @@ async fn shard_main(
     ctx.shutting_down.set(true);
     ctx.shutdown_notify.notify_all();
     acceptor.cancel();
+    for task in ingest {
+        task.cancel();
+    }
     // Connections finish the request they are serving, then close.
     let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
     while ctx.connections.get() > 0 && std::time::Instant::now() < deadline {

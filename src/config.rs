@@ -164,6 +164,26 @@ pub struct Config {
     pub leader_imbalance_per_broker_percentage: u32,
     /// Kafka's broker.heartbeat.interval.ms.
     pub broker_heartbeat_interval_ms: u64,
+
+    /// Syslog listeners, each `tcp://HOST:PORT` (RFC 6587, octet counting or newline),
+    /// `udp://HOST:PORT` (one datagram, one message) or `relp://HOST:PORT`; empty = off.
+    pub syslog_listeners: Vec<String>,
+    /// Topic of syslog messages no route matches.
+    pub syslog_topic: String,
+    /// Topic of lines that do not parse as syslog; empty = `syslog_topic` (with a
+    /// `parse-error` header either way).
+    pub syslog_malformed_topic: String,
+    /// Routing rules `facility=NAME:TOPIC`, `app=NAME:TOPIC`, `host=NAME[*]:TOPIC`; the first
+    /// that matches a message wins.
+    pub syslog_routes: Vec<String>,
+    /// Longest syslog message kept; the rest of a longer one is dropped and the record says
+    /// `truncated`.
+    pub syslog_message_max_bytes: usize,
+    /// HTTP produce listener (`POST /topics/{topic}`), `HOST:PORT`; empty = off.
+    pub http_listen: String,
+    /// How long a record received by syslog or HTTP waits for more to fill its partition's
+    /// batch before the batch is appended.
+    pub ingest_linger_ms: u64,
 }
 
 impl Default for Config {
@@ -222,8 +242,31 @@ impl Default for Config {
             leader_imbalance_check_interval_seconds: 300,
             leader_imbalance_per_broker_percentage: 10,
             broker_heartbeat_interval_ms: 2_000,
+            syslog_listeners: Vec::new(),
+            syslog_topic: "syslog".into(),
+            syslog_malformed_topic: String::new(),
+            syslog_routes: Vec::new(),
+            syslog_message_max_bytes: 65_536,
+            http_listen: String::new(),
+            ingest_linger_ms: 5,
         }
     }
+}
+
+/// How a syslog listener receives messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyslogTransport {
+    Tcp,
+    Udp,
+    Relp,
+}
+
+/// The ingestion settings, parsed.
+#[derive(Debug, Clone)]
+pub struct IngestSettings {
+    pub syslog_listeners: Vec<(SyslogTransport, SocketAddr)>,
+    pub http_listen: Option<SocketAddr>,
+    pub routes: crate::ingest::record::Routes,
 }
 
 /// Kafka's process.roles, parsed.
@@ -459,7 +502,76 @@ impl Config {
                 "timeouts must be positive".into(),
             ));
         }
+        self.ingest_settings()?;
         Ok(())
+    }
+
+    /// The syslog listeners, the routing table and the HTTP address, validated.
+    pub fn ingest_settings(&self) -> Result<IngestSettings, ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.into(),
+            message,
+        };
+        let mut syslog_listeners = Vec::with_capacity(self.syslog_listeners.len());
+        for spec in &self.syslog_listeners {
+            let (scheme, addr) = spec.split_once("://").ok_or_else(|| {
+                invalid(
+                    "syslog_listeners",
+                    format!("{spec:?}: expected tcp://, udp:// or relp://HOST:PORT"),
+                )
+            })?;
+            let kind = match scheme {
+                "tcp" => SyslogTransport::Tcp,
+                "udp" => SyslogTransport::Udp,
+                "relp" => SyslogTransport::Relp,
+                _ => {
+                    return Err(invalid(
+                        "syslog_listeners",
+                        format!("{spec:?}: unknown transport {scheme:?} (tcp, udp or relp)"),
+                    ))
+                }
+            };
+            let addr = addr
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("syslog_listeners", format!("{spec:?}: {e}")))?;
+            syslog_listeners.push((kind, addr));
+        }
+        let http_listen = if self.http_listen.is_empty() {
+            None
+        } else {
+            Some(
+                self.http_listen
+                    .parse::<SocketAddr>()
+                    .map_err(|e| invalid("http_listen", format!("{:?}: {e}", self.http_listen)))?,
+            )
+        };
+        let routes = crate::ingest::record::Routes::new(
+            &self.syslog_topic,
+            &self.syslog_malformed_topic,
+            &self.syslog_routes,
+        )
+        .map_err(|e| invalid("syslog_routes", e.to_string()))?;
+        if !(256..=crate::limits::INGEST_MESSAGE_BYTES_MAX).contains(&self.syslog_message_max_bytes)
+        {
+            return Err(invalid(
+                "syslog_message_max_bytes",
+                format!(
+                    "must be from 256 to {}",
+                    crate::limits::INGEST_MESSAGE_BYTES_MAX
+                ),
+            ));
+        }
+        if self.ingest_linger_ms > crate::limits::INGEST_LINGER_MS_MAX {
+            return Err(invalid(
+                "ingest_linger_ms",
+                format!("must be at most {}", crate::limits::INGEST_LINGER_MS_MAX),
+            ));
+        }
+        Ok(IngestSettings {
+            syslog_listeners,
+            http_listen,
+            routes,
+        })
     }
 
     /// The roles of this node (Kafka's process.roles).
@@ -766,6 +878,14 @@ fn parse_like(current: &toml::Value, raw: &str) -> Result<toml::Value, String> {
             raw.trim()
                 .parse()
                 .map_err(|_| "expected true or false".to_string())?,
+        ),
+        // A list: comma-separated (`STRATA_SYSLOG_LISTENERS=tcp://a:1,udp://a:2`).
+        toml::Value::Array(_) => toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
         ),
         _ => toml::Value::String(raw.to_string()),
     })

@@ -28,7 +28,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "storage",
         &["limits", "clock", "alloc", "protocol", "replication"],
     ),
-    ("config", &["limits", "protocol", "storage", "group"]),
+    // Syslog/RELP/HTTP ingestion parsers and record mapping: sans-IO.
+    ("ingest", &["limits", "protocol"]),
+    (
+        "config",
+        &["limits", "protocol", "storage", "group", "ingest"],
+    ),
     // The controller decides on the catalog alone: it knows no files (config's log settings
     // reach it as validated strings).
     (
@@ -47,6 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "storage",
             "config",
             "cluster",
+            "ingest",
         ],
     ),
     (
@@ -62,13 +68,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "config",
             "cluster",
             "shard",
+            "ingest",
         ],
     ),
     (
         "broker",
         &[
             "limits", "clock", "alloc", "protocol", "storage", "config", "cluster", "shard",
-            "server",
+            "server", "ingest",
         ],
     ),
     ("client", &["limits", "clock", "protocol"]),

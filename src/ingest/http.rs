@@ -370,6 +370,7 @@ pub fn response(status: u16, content_type: &str, body: &str, close: bool) -> Byt
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use proptest::prelude::*;
 

@@ -50,6 +50,7 @@ pub fn fuzz_all(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use proptest::prelude::*;
 
     proptest! {

@@ -284,6 +284,7 @@ pub fn server_close() -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use proptest::prelude::*;
 

@@ -5,6 +5,7 @@ pub mod api_versions;
 pub mod error;
 pub mod frame;
 pub mod fuzz;
+pub mod partition_key;
 pub mod record_batch;
 
 /// The tagged field Strata adds to a Metadata response partition (v9+, KIP-482) to say why

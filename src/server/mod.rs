@@ -5,6 +5,7 @@ pub mod admission;
 pub mod connection;
 pub mod dispatch;
 pub mod handlers;
+pub mod ingest;
 pub mod route;
 pub mod vectored;
 

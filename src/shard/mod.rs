@@ -35,6 +35,8 @@ pub struct Shared {
     /// The broker's clocks: monotonic for timers (replica lag, group sessions), wall for
     /// record timestamps and retention.
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// Syslog and HTTP ingestion counters, one set per shard.
+    pub ingest_stats: crate::ingest::stats::IngestStats,
 }
 
 impl Shared {

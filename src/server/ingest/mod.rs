@@ -1,0 +1,176 @@
+//! The I/O of the ingestion front doors (`crate::ingest` holds their sans-IO logic): the
+//! syslog listeners (TCP, UDP, RELP) and the HTTP produce listener of one shard, and the
+//! shard's batcher that appends what they receive.
+//!
+//! Every shard binds every configured address (SO_REUSEPORT, as the Kafka listener), so
+//! the kernel spreads connections — and UDP senders, by their address — over the shards.
+//! Nothing is accepted until the topics the syslog routes name exist: shard 0 creates the
+//! missing ones through the controller (with the broker's defaults), and every shard waits
+//! for them in its metadata before serving.
+pub mod batcher;
+pub mod http;
+pub mod syslog;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::config::SyslogTransport;
+use crate::server::admission::Admission;
+use crate::shard::ShardCtx;
+
+/// The sockets of one shard's ingestion listeners, bound at start.
+pub struct Sockets {
+    syslog: Vec<(SyslogTransport, Socket)>,
+    http: Option<glommio::net::TcpListener>,
+}
+
+enum Socket {
+    Tcp(glommio::net::TcpListener),
+    Udp(glommio::net::UdpSocket),
+}
+
+/// Binds this shard's ingestion sockets (none when nothing is configured).
+pub fn bind(ctx: &Rc<ShardCtx>) -> Result<Sockets, String> {
+    let settings = ctx
+        .shared
+        .config
+        .ingest_settings()
+        .map_err(|e| e.to_string())?;
+    let mut syslog = Vec::with_capacity(settings.syslog_listeners.len());
+    for (transport, addr) in &settings.syslog_listeners {
+        let socket = match transport {
+            SyslogTransport::Udp => glommio::net::UdpSocket::bind(addr).map(Socket::Udp),
+            SyslogTransport::Tcp | SyslogTransport::Relp => {
+                glommio::net::TcpListener::bind(addr).map(Socket::Tcp)
+            }
+        }
+        .map_err(|e| format!("cannot listen for syslog on {addr}: {e}"))?;
+        syslog.push((*transport, socket));
+    }
+    let http = match settings.http_listen {
+        Some(addr) => Some(
+            glommio::net::TcpListener::bind(addr)
+                .map_err(|e| format!("cannot listen for HTTP on {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok(Sockets { syslog, http })
+}
+
+/// Starts the listeners of `sockets` and the batcher behind them; returns their tasks (to
+/// cancel at shutdown).
+pub fn start(
+    ctx: &Rc<ShardCtx>,
+    sockets: Sockets,
+    admission: Arc<Admission>,
+) -> Vec<glommio::task::JoinHandle<()>> {
+    if sockets.syslog.is_empty() && sockets.http.is_none() {
+        return Vec::new();
+    }
+    let (batcher, appender) = batcher::Batcher::start(ctx);
+    let mut tasks = vec![appender];
+    let ctx = ctx.clone();
+    let settings = match ctx.shared.config.ingest_settings() {
+        Ok(s) => Rc::new(s),
+        Err(e) => {
+            warn!("ingestion off: {e}");
+            return tasks;
+        }
+    };
+    let syslog_topics: Vec<String> = if sockets.syslog.is_empty() {
+        Vec::new()
+    } else {
+        settings
+            .routes
+            .topics()
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    };
+    tasks.push(
+        glommio::spawn_local(async move {
+            ensure_topics(&ctx, &syslog_topics).await;
+            let mut listeners = Vec::new();
+            for (transport, socket) in sockets.syslog {
+                let (ctx, batcher, settings) = (ctx.clone(), batcher.clone(), settings.clone());
+                let admission = admission.clone();
+                listeners.push(glommio::spawn_local(async move {
+                    match socket {
+                        Socket::Udp(s) => syslog::udp_loop(ctx, batcher, settings, s).await,
+                        Socket::Tcp(l) => {
+                            syslog::accept_loop(ctx, batcher, settings, l, transport, admission)
+                                .await
+                        }
+                    }
+                }));
+            }
+            if let Some(listener) = sockets.http {
+                let (ctx, batcher) = (ctx.clone(), batcher.clone());
+                listeners.push(glommio::spawn_local(http::accept_loop(
+                    ctx,
+                    batcher,
+                    listener,
+                    admission.clone(),
+                )));
+            }
+            futures::future::join_all(listeners).await;
+        })
+        .detach(),
+    );
+    tasks
+}
+
+/// Waits until every topic of `topics` is in this shard's metadata; shard 0 creates the
+/// missing ones (retrying while the controller is not ready).
+async fn ensure_topics(ctx: &Rc<ShardCtx>, topics: &[String]) {
+    let mut logged = false;
+    loop {
+        let missing: Vec<&String> = {
+            let catalog = ctx.shared.catalog.load();
+            topics
+                .iter()
+                .filter(|t| catalog.topic(t).is_none())
+                .collect()
+        };
+        if missing.is_empty() {
+            if logged || ctx.id == 0 {
+                info!(shard = ctx.id, "syslog topics ready: {topics:?}");
+            }
+            return;
+        }
+        if ctx.id == 0 {
+            for topic in missing {
+                match crate::server::admin::create_topic(
+                    ctx,
+                    topic,
+                    -1,
+                    -1,
+                    Default::default(),
+                    false,
+                )
+                .await
+                {
+                    Ok(_) => info!("created syslog topic {topic}"),
+                    Err(e) if e.code == crate::protocol::error::ErrorCode::TopicAlreadyExists => {}
+                    Err(e) if !logged => {
+                        warn!("cannot create syslog topic {topic} yet: {}", e.message);
+                        logged = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        glommio::timer::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The peer of a stream, or an unspecified address when it is already gone.
+fn peer_or_unspecified(stream: &glommio::net::TcpStream) -> SocketAddr {
+    stream
+        .peer_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
