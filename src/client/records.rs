@@ -5,28 +5,16 @@
 //! dropped before decoding, and the consumer fetches it again from its offset next time.
 //! Control records (transaction markers) are never handed to the user.
 
-use bytes::{Buf, Bytes, BytesMut};
-use indexmap::IndexMap;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-};
+use bytes::{Buf, Bytes};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+
+use crate::protocol::produce_batch;
+pub use crate::protocol::produce_batch::ProduceRecord;
 
 use super::error::{ClientError, Result};
 
 /// Bytes before a batch's records that say how long it is: baseOffset (8) + batchLength (4).
 const BATCH_LENGTH_PREFIX_BYTES: usize = 12;
-
-/// A record to produce.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProduceRecord {
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
-    /// Milliseconds since the epoch (CreateTime).
-    pub timestamp_ms: i64,
-}
 
 /// A record read from a partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,46 +28,11 @@ pub struct ConsumedRecord {
 
 /// Encodes `records` as one v2 record batch (base offset 0; the leader assigns real offsets).
 pub fn encode_batch(records: &[ProduceRecord], compression: Compression) -> Result<Bytes> {
-    if records.is_empty() {
-        return Err(ClientError::Records {
-            message: "cannot encode an empty batch".to_owned(),
-        });
-    }
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
-            // Offsets inside a produced batch are deltas from 0; the broker rewrites the base.
-            offset: i as i64,
-            // The encoder starts a new batch whenever `offset - sequence` changes, so the
-            // sequence must advance with the offset; base sequence stays NO_SEQUENCE (-1).
-            sequence: NO_SEQUENCE.wrapping_add(i as i32),
-            timestamp: r.timestamp_ms,
-            key: r.key.clone(),
-            value: r.value.clone(),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone()))
-                .collect::<IndexMap<_, _>>(),
-        })
-        .collect();
-    let mut buf = BytesMut::with_capacity(64 + records.len() * 32);
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).map_err(|e| ClientError::Records {
-        message: format!("encode: {e}"),
-    })?;
-    Ok(buf.freeze())
+    produce_batch::encode_batch(records.iter().cloned(), compression).map_err(|e| {
+        ClientError::Records {
+            message: e.to_string(),
+        }
+    })
 }
 
 /// The prefix of `data` made of whole batches; a trailing partial batch is cut off.
@@ -156,6 +109,8 @@ pub fn parse_compression(name: &str) -> Option<Compression> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::NO_SEQUENCE;
 
     fn sample() -> Vec<ProduceRecord> {
         (0..50)

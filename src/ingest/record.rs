@@ -17,80 +17,18 @@
 //! Header values borrow the line (`Bytes::slice_ref`): mapping copies no message bytes.
 use std::net::SocketAddr;
 
-use bytes::{Bytes, BytesMut};
-use indexmap::IndexMap;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-};
+use bytes::Bytes;
+use kafka_protocol::records::Compression;
 use thiserror::Error;
 
 use super::syslog::{self, facility_from_name, facility_name, severity_name, Message};
 
-/// A record ready for a partition's batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IngestRecord {
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub timestamp_ms: i64,
-    pub headers: Vec<(String, Option<Bytes>)>,
-}
+/// A record ready for a partition's batch: what a producer would send.
+pub use crate::protocol::produce_batch::ProduceRecord as IngestRecord;
 
-impl IngestRecord {
-    /// Bytes the record adds to a batch, roughly: for batch-size bounds, not for encoding.
-    pub fn size_estimate(&self) -> usize {
-        const RECORD_OVERHEAD_BYTES: usize = 24;
-        RECORD_OVERHEAD_BYTES
-            + self.key.as_ref().map_or(0, Bytes::len)
-            + self.value.as_ref().map_or(0, Bytes::len)
-            + self
-                .headers
-                .iter()
-                .map(|(k, v)| 8 + k.len() + v.as_ref().map_or(0, Bytes::len))
-                .sum::<usize>()
-    }
-}
-
-/// Encodes `records` as one v2 record batch in `compression`, as a producer would send it:
-/// base offset 0 (the leader assigns offsets), no producer id, CreateTime timestamps.
+/// Encodes `records` as one v2 record batch in `compression`, as a producer would send it.
 pub fn encode_batch(records: Vec<IngestRecord>, compression: Compression) -> Result<Bytes, String> {
-    if records.is_empty() {
-        return Err("cannot encode an empty batch".into());
-    }
-    let bytes_estimate: usize = records.iter().map(IngestRecord::size_estimate).sum();
-    let records: Vec<Record> = records
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder starts a new batch whenever `offset - sequence` changes: keep the
-            // sequence moving with the offset (the base sequence stays NO_SEQUENCE).
-            sequence: NO_SEQUENCE.wrapping_add(i as i32),
-            timestamp: r.timestamp_ms,
-            key: r.key,
-            value: r.value,
-            headers: r
-                .headers
-                .into_iter()
-                .map(|(k, v)| (StrBytes::from_string(k), v))
-                .collect::<IndexMap<_, _>>(),
-        })
-        .collect();
-    let mut buf = BytesMut::with_capacity(64 + bytes_estimate);
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).map_err(|e| e.to_string())?;
-    Ok(buf.freeze())
+    crate::protocol::produce_batch::encode_batch(records, compression).map_err(|e| e.to_string())
 }
 
 /// A syslog message mapped to its topic and record.

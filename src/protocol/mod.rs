@@ -6,6 +6,7 @@ pub mod error;
 pub mod frame;
 pub mod fuzz;
 pub mod partition_key;
+pub mod produce_batch;
 pub mod record_batch;
 
 /// The tagged field Strata adds to a Metadata response partition (v9+, KIP-482) to say why
