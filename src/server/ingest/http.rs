@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::{AsyncReadExt, AsyncWriteExt};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::batcher::{AckSink, Batcher};
 use crate::ingest::http::{self as proto, HttpError, Route};
@@ -32,32 +32,12 @@ pub async fn accept_loop(
     listener: glommio::net::TcpListener,
     admission: std::sync::Arc<crate::server::admission::Admission>,
 ) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(shard = ctx.id, "HTTP accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let peer = super::peer_or_unspecified(&stream);
-        let slot = match admission.admit(peer.ip()) {
-            Ok(slot) => slot,
-            Err(refusal) => {
-                debug!(%peer, "refusing HTTP connection: {refusal}");
-                continue;
-            }
-        };
+    let shard = ctx.id;
+    super::accept_admitted(shard, "HTTP", listener, admission, move |stream, peer| {
         let (ctx, batcher) = (ctx.clone(), batcher.clone());
-        glommio::spawn_local(async move {
-            if let Err(e) = serve(&ctx, &batcher, stream, peer).await {
-                debug!(%peer, "HTTP connection closed: {e}");
-            }
-            drop(slot);
-        })
-        .detach();
-    }
+        async move { serve(&ctx, &batcher, stream, peer).await }
+    })
+    .await
 }
 
 async fn serve(

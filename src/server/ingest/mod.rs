@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::SyslogTransport;
 use crate::server::admission::Admission;
@@ -173,4 +173,45 @@ fn peer_or_unspecified(stream: &glommio::net::TcpStream) -> SocketAddr {
     stream
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// Accepts connections on `listener`, admits each against the broker's connection limits
+/// (the ones the Kafka listener applies) and serves it in its own task; `what` names the
+/// listener in the log.
+async fn accept_admitted<F, Fut>(
+    shard: usize,
+    what: &'static str,
+    listener: glommio::net::TcpListener,
+    admission: Arc<Admission>,
+    serve: F,
+) where
+    F: Fn(glommio::net::TcpStream, SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + 'static,
+{
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(shard, "{what} accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let peer = peer_or_unspecified(&stream);
+        let slot = match admission.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                debug!(%peer, "refusing {what} connection: {refusal}");
+                continue;
+            }
+        };
+        let served = serve(stream, peer);
+        glommio::spawn_local(async move {
+            if let Err(e) = served.await {
+                debug!(%peer, "{what} connection closed: {e}");
+            }
+            drop(slot);
+        })
+        .detach();
+    }
 }

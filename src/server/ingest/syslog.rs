@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::batcher::{AckSink, Batcher};
 use crate::config::{IngestSettings, SyslogTransport};
@@ -48,36 +48,17 @@ pub async fn accept_loop(
     transport: SyslogTransport,
     admission: std::sync::Arc<crate::server::admission::Admission>,
 ) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(shard = ctx.id, "syslog accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let peer = super::peer_or_unspecified(&stream);
-        let slot = match admission.admit(peer.ip()) {
-            Ok(slot) => slot,
-            Err(refusal) => {
-                debug!(%peer, "refusing syslog connection: {refusal}");
-                continue;
-            }
-        };
+    let shard = ctx.id;
+    super::accept_admitted(shard, "syslog", listener, admission, move |stream, peer| {
         let (ctx, batcher, settings) = (ctx.clone(), batcher.clone(), settings.clone());
-        glommio::spawn_local(async move {
-            let result = match transport {
+        async move {
+            match transport {
                 SyslogTransport::Relp => serve_relp(&ctx, &batcher, &settings, stream, peer).await,
                 _ => serve_tcp(&ctx, &batcher, &settings, stream, peer).await,
-            };
-            if let Err(e) = result {
-                debug!(%peer, "syslog connection closed: {e}");
             }
-            drop(slot);
-        })
-        .detach();
-    }
+        }
+    })
+    .await
 }
 
 /// Reads into `buf` (a small read when it is empty), then charges what came to `held`,
