@@ -12,7 +12,8 @@
 //! resynchronised and is an error: the connection is closed.
 //!
 //! The frame handed out is the message without framing: no count, no space after it, no
-//! LF, and no CR before the LF. Empty lines are skipped.
+//! LF, and no CR before the LF (an octet-counted frame's own trailing LF or CRLF, inside its
+//! count, is dropped too). Empty lines are skipped.
 use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
 
@@ -137,7 +138,7 @@ impl Deframer {
         }
         buf.advance(header);
         Ok(Some(Frame {
-            message: buf.split_to(len).freeze(),
+            message: without_line_end(buf.split_to(len)).freeze(),
             truncated: false,
         }))
     }
@@ -146,11 +147,8 @@ impl Deframer {
         let window = buf.len().min(self.frame_bytes_max + 2);
         match memchr(b'\n', buf.get(..window).unwrap_or_default()) {
             Some(at) => {
-                let mut line = buf.split_to(at + 1);
-                line.truncate(at);
-                if line.last() == Some(&b'\r') {
-                    line.truncate(at - 1);
-                }
+                let line = buf.split_to(at + 1);
+                let mut line = without_line_end(line);
                 let truncated = line.len() > self.frame_bytes_max;
                 line.truncate(self.frame_bytes_max);
                 Some(Frame {
@@ -171,6 +169,19 @@ impl Deframer {
     }
 }
 
+/// `message` without one trailing LF or CRLF. An octet-counted frame may carry one inside
+/// its count (syslog-ng's syslog() destination sends `LEN MSG\n`); it is framing, not
+/// message, as rsyslog's imtcp also drops it.
+fn without_line_end(mut message: BytesMut) -> BytesMut {
+    if message.last() == Some(&b'\n') {
+        message.truncate(message.len() - 1);
+        if message.last() == Some(&b'\r') {
+            message.truncate(message.len() - 1);
+        }
+    }
+    message
+}
+
 fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
     haystack.iter().position(|&b| b == needle)
 }
@@ -188,6 +199,20 @@ mod tests {
             out.push((f.message.to_vec(), f.truncated));
         }
         out
+    }
+
+    #[test]
+    fn an_octet_counted_frames_trailing_line_end_is_framing() {
+        // Proves `LEN MSG\n` (syslog-ng's syslog() destination) and `LEN MSG\r\n` give MSG,
+        // while a LF inside the message stays.
+        let mut d = Deframer::new(100);
+        let got = all(&mut d, b"6 <13>a\n7 <13>b\r\n7 <13>\nc\n");
+        let want: Vec<(Vec<u8>, bool)> = vec![
+            (b"<13>a".to_vec(), false),
+            (b"<13>b".to_vec(), false),
+            (b"<13>\nc".to_vec(), false),
+        ];
+        assert_eq!(got, want);
     }
 
     #[test]
