@@ -133,7 +133,10 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         config.storage_min_free_bytes,
     ));
     let shared = Arc::new(Shared {
-        ingest_stats: crate::ingest::stats::IngestStats::new(nr_shards),
+        ingest_stats: crate::ingest::stats::IngestStats::new(
+            nr_shards,
+            config.syslog_listeners.len(),
+        ),
         config,
         nr_shards,
         catalog,

@@ -179,6 +179,11 @@ pub struct Config {
     /// Longest syslog message kept; the rest of a longer one is dropped and the record says
     /// `truncated`.
     pub syslog_message_max_bytes: usize,
+    /// Connections one syslog listener (TCP or RELP) holds at once, all shards together;
+    /// more are accepted and closed at once (and counted, `connections_refused`). Silent
+    /// ones are closed after `connections_max_idle_ms`, a partial frame after
+    /// `request_timeout_ms`.
+    pub syslog_connections_max: usize,
     /// HTTP produce listener (`POST /topics/{topic}`), `HOST:PORT`; empty = off.
     pub http_listen: String,
     /// How long a record received by syslog or HTTP waits for more to fill its partition's
@@ -247,6 +252,7 @@ impl Default for Config {
             syslog_malformed_topic: String::new(),
             syslog_routes: Vec::new(),
             syslog_message_max_bytes: 65_536,
+            syslog_connections_max: 20_000,
             http_listen: String::new(),
             ingest_linger_ms: 5,
         }
@@ -559,6 +565,12 @@ impl Config {
                     "must be from 256 to {}",
                     crate::limits::INGEST_MESSAGE_BYTES_MAX
                 ),
+            ));
+        }
+        if self.syslog_connections_max == 0 {
+            return Err(invalid(
+                "syslog_connections_max",
+                "must be at least 1".into(),
             ));
         }
         if self.ingest_linger_ms > crate::limits::INGEST_LINGER_MS_MAX {

@@ -12,12 +12,15 @@
 //!   headers), and the routing of messages to topics by facility, app-name or host.
 //! - [`http`]: the produce subset of the Kafka REST / Redpanda HTTP Proxy API:
 //!   `POST /topics/{topic}` with lines or JSON records, answered with partitions and offsets.
+//! - [`idle`]: when a connection is idle (`connections_max_idle_ms`) or its partial frame
+//!   too old (`request_timeout_ms`), from the reads and the time the listener reports.
 //!
 //! Every input size is bounded by the caller's limits (line length, request size); every
 //! parser returns a typed error instead of panicking on any byte sequence (fuzzed in
 //! `fuzz/fuzz_targets/ingest_parsers.rs`).
 pub mod framing;
 pub mod http;
+pub mod idle;
 pub mod record;
 pub mod relp;
 pub mod stats;

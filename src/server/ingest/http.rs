@@ -5,18 +5,21 @@
 //! Bounds: a head of at most `HTTP_HEAD_BYTES_MAX`, a body of at most
 //! `socket_request_max_bytes` (charged to the shard's request budget before it is read, so
 //! a shard at its budget stops reading bodies), at most `HTTP_RECORDS_PER_REQUEST_MAX`
-//! records; a head or body not complete within `request_timeout_ms` closes the connection,
-//! as does `connections_max_idle_ms` without a request.
+//! records; a request (head and body) not complete within `request_timeout_ms` of its first
+//! byte closes the connection, as does `connections_max_idle_ms` without a request
+//! (`crate::ingest::idle`); waiting for budget or for durability is not counted.
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::{AsyncReadExt, AsyncWriteExt};
+use futures::AsyncWriteExt;
 use tracing::debug;
 
 use super::batcher::{AckSink, Batcher};
 use crate::ingest::http::{self as proto, HttpError, Route};
+use crate::ingest::idle::ReadWatch;
 use crate::ingest::record::IngestRecord;
 use crate::ingest::stats::ShardCounters;
 use crate::limits::{HTTP_HEAD_BYTES_MAX, HTTP_RECORDS_PER_REQUEST_MAX, INGEST_READ_CHUNK_BYTES};
@@ -32,11 +35,18 @@ pub async fn accept_loop(
     listener: glommio::net::TcpListener,
     admission: std::sync::Arc<crate::server::admission::Admission>,
 ) {
-    let shard = ctx.id;
-    super::accept_admitted(shard, "HTTP", listener, admission, move |stream, peer| {
-        let (ctx, batcher) = (ctx.clone(), batcher.clone());
-        async move { serve(&ctx, &batcher, stream, peer).await }
-    })
+    let serving = ctx.clone();
+    super::accept_admitted(
+        ctx,
+        "HTTP",
+        listener,
+        None,
+        admission,
+        move |stream, peer| {
+            let (ctx, batcher) = (serving.clone(), batcher.clone());
+            async move { serve(&ctx, &batcher, stream, peer).await }
+        },
+    )
     .await
 }
 
@@ -47,15 +57,27 @@ async fn serve(
     peer: SocketAddr,
 ) -> Result<(), String> {
     let config = &ctx.shared.config;
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(config.connections_max_idle_ms)));
     let _ = stream.set_write_timeout(Some(Duration::from_millis(config.request_timeout_ms)));
     let mut buf = BytesMut::new();
+    let watch = super::read_watch(ctx);
+    // Bytes of the request being read (head and body): while any, the request has
+    // request_timeout_ms from its first byte; with none, the connection is idle.
+    let mut request_bytes = 0usize;
     loop {
         let head = loop {
             match proto::parse_request_head(&mut buf, HTTP_HEAD_BYTES_MAX) {
                 Ok(Some(h)) => break h,
                 Ok(None) => {
-                    if read_more(&mut stream, &mut buf, HTTP_HEAD_BYTES_MAX).await? == 0 {
+                    let n = read_request(
+                        ctx,
+                        &mut stream,
+                        &mut buf,
+                        HTTP_HEAD_BYTES_MAX,
+                        &watch,
+                        &mut request_bytes,
+                    )
+                    .await?;
+                    if n == 0 {
                         return Ok(());
                     }
                 }
@@ -87,7 +109,9 @@ async fn serve(
             .await;
         while buf.len() < head.content_length {
             let want = (head.content_length - buf.len()).min(INGEST_READ_CHUNK_BYTES);
-            if read_more(&mut stream, &mut buf, want).await? == 0 {
+            let n =
+                read_request(ctx, &mut stream, &mut buf, want, &watch, &mut request_bytes).await?;
+            if n == 0 {
                 return Ok(());
             }
         }
@@ -114,23 +138,32 @@ async fn serve(
             let _ = stream.close().await;
             return Ok(());
         }
+        // Answered: the idle clock starts now; bytes of a next request already read
+        // (pipelined) start its own clock.
+        request_bytes = buf.len();
+        watch
+            .borrow_mut()
+            .handle_read(ctx.shared.clock.monotonic_ms(), true, request_bytes);
         debug!(%peer, status, "HTTP request answered");
     }
 }
 
-async fn read_more(
+/// Reads more of a request within the connection's deadlines and tells them how much of it
+/// is in (`request_bytes`).
+async fn read_request(
+    ctx: &ShardCtx,
     stream: &mut glommio::net::TcpStream,
     buf: &mut BytesMut,
     want: usize,
+    watch: &RefCell<ReadWatch>,
+    request_bytes: &mut usize,
 ) -> Result<usize, String> {
-    let start = buf.len();
-    buf.resize(start + want.max(1), 0);
-    let n = stream
-        .read(buf.get_mut(start..).unwrap_or_default())
-        .await
-        .map_err(|e| e.to_string());
-    buf.truncate(start + *n.as_ref().unwrap_or(&0));
-    n
+    let n = super::read_watched(ctx, stream, buf, want, watch, &|| false).await?;
+    *request_bytes += n;
+    watch
+        .borrow_mut()
+        .handle_read(ctx.shared.clock.monotonic_ms(), false, *request_bytes);
+    Ok(n)
 }
 
 /// Produces the records of one request; returns the status and the body to answer.

@@ -11,14 +11,20 @@ pub mod batcher;
 pub mod http;
 pub mod syslog;
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use futures::AsyncReadExt;
 use tracing::{debug, info, warn};
 
 use crate::config::SyslogTransport;
+use crate::ingest::idle::ReadWatch;
+use crate::ingest::stats::ShardCounters;
 use crate::server::admission::Admission;
 use crate::shard::ShardCtx;
 
@@ -95,15 +101,21 @@ pub fn start(
         glommio::spawn_local(async move {
             ensure_topics(&ctx, &syslog_topics).await;
             let mut listeners = Vec::new();
-            for (transport, socket) in sockets.syslog {
+            // `index` is the listener's place in `syslog_listeners`, the same on every
+            // shard: its connection count is shared.
+            for (index, (transport, socket)) in sockets.syslog.into_iter().enumerate() {
                 let (ctx, batcher, settings) = (ctx.clone(), batcher.clone(), settings.clone());
                 let admission = admission.clone();
                 listeners.push(glommio::spawn_local(async move {
                     match socket {
                         Socket::Udp(s) => syslog::udp_loop(ctx, batcher, settings, s).await,
                         Socket::Tcp(l) => {
-                            syslog::accept_loop(ctx, batcher, settings, l, transport, admission)
-                                .await
+                            let listener = syslog::Listener {
+                                socket: l,
+                                transport,
+                                index,
+                            };
+                            syslog::accept_loop(ctx, batcher, settings, listener, admission).await
                         }
                     }
                 }));
@@ -175,19 +187,92 @@ fn peer_or_unspecified(stream: &glommio::net::TcpStream) -> SocketAddr {
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
+/// The deadlines of a new connection: `connections_max_idle_ms` to say something, and
+/// `request_timeout_ms` for any frame it starts (see `crate::ingest::idle`).
+fn read_watch(ctx: &ShardCtx) -> RefCell<ReadWatch> {
+    let config = &ctx.shared.config;
+    RefCell::new(ReadWatch::new(
+        ctx.shared.clock.monotonic_ms(),
+        config.connections_max_idle_ms,
+        config.request_timeout_ms,
+    ))
+}
+
+/// Reads at most `want` bytes onto the end of `buf`, waiting no longer than `watch` allows
+/// (`answers_owed`: the peer waits for answers, so its silence is not idleness). `Ok(0)`:
+/// the peer closed, or the broker is shutting down. A connection closed for silence is
+/// counted (`connections_timed_out`). The caller reports what it decoded to `watch`.
+async fn read_watched<R: futures::AsyncRead + Unpin>(
+    ctx: &ShardCtx,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    want: usize,
+    watch: &RefCell<ReadWatch>,
+    answers_owed: &dyn Fn() -> bool,
+) -> Result<usize, String> {
+    let start = buf.len();
+    buf.resize(start + want.max(1), 0);
+    let result = {
+        let mut read = pin!(reader.read(buf.get_mut(start..).unwrap_or_default()));
+        loop {
+            if ctx.shutting_down.get() {
+                break Ok(0);
+            }
+            let now_ms = ctx.shared.clock.monotonic_ms();
+            // A short borrow: nothing is held across the awaits below.
+            let wait_ms = watch.borrow().poll_wait_ms(now_ms, answers_owed());
+            let wait_ms = match wait_ms {
+                Ok(w) => w,
+                Err(silence) => {
+                    let counters = ctx.shared.ingest_stats.shard(ctx.id);
+                    ShardCounters::add(&counters.connections_timed_out, 1);
+                    break Err(silence.to_string());
+                }
+            };
+            // The timer and shutdown only wake the loop to look again; the read stays
+            // pinned across wake-ups, so no byte it took is lost.
+            let timer = async {
+                match wait_ms {
+                    Some(ms) => glommio::timer::sleep(Duration::from_millis(ms.max(1))).await,
+                    None => futures::future::pending::<()>().await,
+                }
+                None
+            };
+            let shutdown = async {
+                ctx.shutdown_notify.listen().await;
+                None
+            };
+            let woke = futures_lite::future::or(
+                async { Some(read.as_mut().await) },
+                futures_lite::future::or(timer, shutdown),
+            )
+            .await;
+            if let Some(r) = woke {
+                break r.map_err(|e| e.to_string());
+            }
+        }
+    };
+    buf.truncate(start + *result.as_ref().unwrap_or(&0));
+    result
+}
+
 /// Accepts connections on `listener`, admits each against the broker's connection limits
-/// (the ones the Kafka listener applies) and serves it in its own task; `what` names the
-/// listener in the log.
+/// (the ones the Kafka listener applies) and, for a syslog listener, its own bound
+/// (`syslog_connections_max`), and serves it in its own task; `what` names the listener in
+/// the log.
 async fn accept_admitted<F, Fut>(
-    shard: usize,
+    ctx: Rc<ShardCtx>,
     what: &'static str,
     listener: glommio::net::TcpListener,
+    syslog_listener: Option<usize>,
     admission: Arc<Admission>,
     serve: F,
 ) where
     F: Fn(glommio::net::TcpStream, SocketAddr) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>> + 'static,
 {
+    let shard = ctx.id;
+    let syslog_max = ctx.shared.config.syslog_connections_max;
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
@@ -197,6 +282,10 @@ async fn accept_admitted<F, Fut>(
                 continue;
             }
         };
+        // RELP answers and HTTP responses are small writes the sender waits for: without
+        // TCP_NODELAY, Nagle's algorithm holds each until the peer's delayed ACK (~40 ms),
+        // which caps a RELP window at a few thousand messages a second.
+        let _ = stream.set_nodelay(true);
         let peer = peer_or_unspecified(&stream);
         let slot = match admission.admit(peer.ip()) {
             Ok(slot) => slot,
@@ -205,10 +294,22 @@ async fn accept_admitted<F, Fut>(
                 continue;
             }
         };
+        if let Some(index) = syslog_listener {
+            if !ctx.shared.ingest_stats.try_open(index, syslog_max) {
+                let counters = ctx.shared.ingest_stats.shard(shard);
+                ShardCounters::add(&counters.connections_refused, 1);
+                debug!(%peer, "refusing {what} connection: syslog_connections_max ({syslog_max}) reached");
+                continue;
+            }
+        }
         let served = serve(stream, peer);
+        let ctx = ctx.clone();
         glommio::spawn_local(async move {
             if let Err(e) = served.await {
                 debug!(%peer, "{what} connection closed: {e}");
+            }
+            if let Some(index) = syslog_listener {
+                ctx.shared.ingest_stats.close(index);
             }
             drop(slot);
         })

@@ -11,7 +11,10 @@
 //!
 //! A connection idle (nothing to read) holds a small read buffer and no budget, so
 //! thousands of quiet senders cost little; connections count against `max_connections`
-//! and `max_connections_per_ip` like Kafka clients.
+//! and `max_connections_per_ip` like Kafka clients, and against their listener's
+//! `syslog_connections_max`. One silent for `connections_max_idle_ms` (RELP: with no answer
+//! owed), or with a partial frame pending `request_timeout_ms` after its first byte, is
+//! closed (`crate::ingest::idle`).
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -25,6 +28,7 @@ use tracing::{info, warn};
 use super::batcher::{AckSink, Batcher};
 use crate::config::{IngestSettings, SyslogTransport};
 use crate::ingest::framing::{Deframer, Frame};
+use crate::ingest::idle::ReadWatch;
 use crate::ingest::record::map_syslog;
 use crate::ingest::relp::{self, Action, RelpSession};
 use crate::ingest::stats::ShardCounters;
@@ -39,35 +43,60 @@ use crate::storage::{Charge, MemoryClass};
 /// First read of a connection with nothing buffered: small, so an idle sender holds little.
 const IDLE_READ_BYTES: usize = 2048;
 
+/// A TCP or RELP syslog listener of this shard.
+pub struct Listener {
+    pub socket: glommio::net::TcpListener,
+    pub transport: SyslogTransport,
+    /// Its place in `syslog_listeners` (its connection count is shared by the shards).
+    pub index: usize,
+}
+
 /// Accepts TCP or RELP connections.
 pub async fn accept_loop(
     ctx: Rc<ShardCtx>,
     batcher: Rc<Batcher>,
     settings: Rc<IngestSettings>,
-    listener: glommio::net::TcpListener,
-    transport: SyslogTransport,
+    listener: Listener,
     admission: std::sync::Arc<crate::server::admission::Admission>,
 ) {
-    let shard = ctx.id;
-    super::accept_admitted(shard, "syslog", listener, admission, move |stream, peer| {
-        let (ctx, batcher, settings) = (ctx.clone(), batcher.clone(), settings.clone());
-        async move {
-            match transport {
-                SyslogTransport::Relp => serve_relp(&ctx, &batcher, &settings, stream, peer).await,
-                _ => serve_tcp(&ctx, &batcher, &settings, stream, peer).await,
+    let Listener {
+        socket,
+        transport,
+        index,
+    } = listener;
+    let serving = ctx.clone();
+    super::accept_admitted(
+        ctx,
+        "syslog",
+        socket,
+        Some(index),
+        admission,
+        move |stream, peer| {
+            let (ctx, batcher, settings) = (serving.clone(), batcher.clone(), settings.clone());
+            async move {
+                match transport {
+                    SyslogTransport::Relp => {
+                        serve_relp(&ctx, &batcher, &settings, stream, peer).await
+                    }
+                    _ => serve_tcp(&ctx, &batcher, &settings, stream, peer).await,
+                }
             }
-        }
-    })
+        },
+    )
     .await
 }
 
-/// Reads into `buf` (a small read when it is empty), then charges what came to `held`,
-/// waiting there while the shard's budget is spent. `Ok(0)`: the peer closed.
+/// Reads into `buf` (a small read when it is empty) within the connection's deadlines,
+/// then charges what came to `held`, waiting there while the shard's budget is spent (that
+/// wait is the broker's, not the sender's: no deadline runs). `Ok(0)`: the peer closed.
 async fn read_charged<R: futures::AsyncRead + Unpin>(
+    ctx: &ShardCtx,
     reader: &mut R,
     buf: &mut BytesMut,
     held: &mut Charge,
-) -> std::io::Result<usize> {
+    watch: &RefCell<ReadWatch>,
+    answers_owed: &dyn Fn() -> bool,
+) -> Result<usize, String> {
     if buf.is_empty() && buf.capacity() > INGEST_READ_CHUNK_BYTES {
         // The last frames took the big buffer with them; an idle connection keeps a small one.
         *buf = BytesMut::new();
@@ -77,16 +106,7 @@ async fn read_charged<R: futures::AsyncRead + Unpin>(
     } else {
         INGEST_READ_CHUNK_BYTES
     };
-    let start = buf.len();
-    buf.resize(start + want, 0);
-    let n = match reader.read(buf.get_mut(start..).unwrap_or_default()).await {
-        Ok(n) => n,
-        Err(e) => {
-            buf.truncate(start);
-            return Err(e);
-        }
-    };
-    buf.truncate(start + n);
+    let n = super::read_watched(ctx, reader, buf, want, watch, answers_owed).await?;
     held.grow(n).await;
     Ok(n)
 }
@@ -145,10 +165,9 @@ async fn serve_tcp(
     let mut buf = BytesMut::new();
     let mut held = ctx.budget.empty(MemoryClass::Requests);
     let mut frames = Vec::new();
+    let watch = super::read_watch(ctx);
     loop {
-        let n = read_charged(&mut stream, &mut buf, &mut held)
-            .await
-            .map_err(|e| e.to_string())?;
+        let n = read_charged(ctx, &mut stream, &mut buf, &mut held, &watch, &|| false).await?;
         if n == 0 || ctx.shutting_down.get() {
             return Ok(());
         }
@@ -159,6 +178,11 @@ async fn serve_tcp(
                 Err(e) => return Err(e.to_string()),
             }
         }
+        watch.borrow_mut().handle_read(
+            ctx.shared.clock.monotonic_ms(),
+            !frames.is_empty(),
+            buf.len(),
+        );
         // The bytes of the frames taken go with their records; what stays in `buf` (a
         // partial frame) stays charged to the connection.
         let consumed = held.bytes().saturating_sub(buf.len());
@@ -195,6 +219,7 @@ async fn serve_relp(
     let (tx, rx) = local_channel::new_bounded::<Outgoing>(RELP_WINDOW_MAX);
     let (mut reader, mut writer) = stream.split();
     let closing = Cell::new(false);
+    let watch = super::read_watch(ctx);
 
     let writing = async {
         while let Some(out) = rx.recv().await {
@@ -208,6 +233,10 @@ async fn serve_relp(
                         None => relp::encode_rsp(txnr, 500, "no result"),
                     };
                     session.borrow_mut().handle_answered();
+                    // An answer is activity: the sender's silence before it was waiting.
+                    watch
+                        .borrow_mut()
+                        .handle_answered(ctx.shared.clock.monotonic_ms());
                     writer.write_all(&answer).await?;
                 }
                 Outgoing::Close(bytes) => {
@@ -226,10 +255,17 @@ async fn serve_relp(
         let mut buf = BytesMut::new();
         let mut held = ctx.budget.empty(MemoryClass::Requests);
         let mut frames = Vec::new();
+        let answers_owed = || session.borrow().unanswered() > 0;
         loop {
-            let n = read_charged(&mut reader, &mut buf, &mut held)
+            let n = match read_charged(ctx, &mut reader, &mut buf, &mut held, &watch, &answers_owed)
                 .await
-                .map_err(|e| e.to_string())?;
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = tx.send(Outgoing::Close(relp::server_close())).await;
+                    return Err(e);
+                }
+            };
             if n == 0 {
                 return Ok(());
             }
@@ -243,6 +279,11 @@ async fn serve_relp(
                     }
                 }
             }
+            watch.borrow_mut().handle_read(
+                ctx.shared.clock.monotonic_ms(),
+                !frames.is_empty(),
+                buf.len(),
+            );
             let consumed = held.bytes().saturating_sub(buf.len());
             let charge = Rc::new(held.split(consumed));
             for frame in frames.drain(..) {
