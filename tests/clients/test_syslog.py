@@ -1,7 +1,10 @@
 """Syslog and HTTP ingestion into topics, proved with the senders hosts really run: `logger`
-(util-linux) over UDP and TCP, rsyslog forwarding with omfwd (TCP, octet-counted) and omrelp
-(RELP), and HTTP produce as agents' HTTP outputs use it. Each sender is a real process with
-its own config in the test's temp dir; records are read back with kcat and a consumer group.
+(util-linux) over UDP and TCP, rsyslog forwarding with omfwd (TCP, octet-counted), omrelp
+(RELP) and omkafka (Kafka protocol), syslog-ng with its network() and syslog() destinations
+(TCP, newline and octet-counted) and its kafka-c destination, and HTTP produce as agents'
+HTTP outputs use it. Each sender is a real process with its own config in the test's temp
+dir; records are read back with kcat and a consumer group. syslog-ng runs from the tree
+tests/fetch-syslog-ng.sh unpacks (its Debian package conflicts with rsyslog's).
 
 What every path must show: each line arrives exactly once (RELP across a broker kill -9: at
 least once, and every line rsyslog considers delivered is there), each host's lines stay in
@@ -37,22 +40,38 @@ def free_udp_port() -> int:
 
 
 @pytest.fixture
-def ingest(broker_factory, monkeypatch):
-    """A broker with TCP, UDP and RELP syslog listeners and an HTTP listener, 4 partitions
-    per topic; returns (broker, ports)."""
-    ports = {"tcp": free_port(), "udp": free_udp_port(), "relp": free_port(), "http": free_port()}
-    monkeypatch.setenv(
-        "STRATA_SYSLOG_LISTENERS",
-        f"tcp://127.0.0.1:{ports['tcp']},udp://127.0.0.1:{ports['udp']},"
-        f"relp://127.0.0.1:{ports['relp']}")
-    monkeypatch.setenv("STRATA_HTTP_LISTEN", f"127.0.0.1:{ports['http']}")
-    monkeypatch.setenv("STRATA_NUM_PARTITIONS", "4")
-    b = broker_factory(start=False)
-    if not b.persistent:
-        pytest.skip("ingestion is Strata's own")
-    b.start()
-    wait_for_topic(b, "syslog")
-    return b, ports
+def ingest_factory(broker_factory, monkeypatch):
+    """Starts a broker with TCP, UDP and RELP syslog listeners and an HTTP listener, 4
+    partitions per topic, and the extra settings given (STRATA_* names); returns (broker,
+    ports)."""
+    def start(**settings: str):
+        ports = {"tcp": free_port(), "udp": free_udp_port(), "relp": free_port(),
+                 "http": free_port()}
+        monkeypatch.setenv(
+            "STRATA_SYSLOG_LISTENERS",
+            f"tcp://127.0.0.1:{ports['tcp']},udp://127.0.0.1:{ports['udp']},"
+            f"relp://127.0.0.1:{ports['relp']}")
+        monkeypatch.setenv("STRATA_HTTP_LISTEN", f"127.0.0.1:{ports['http']}")
+        monkeypatch.setenv("STRATA_NUM_PARTITIONS", "4")
+        for name, value in settings.items():
+            monkeypatch.setenv(name, value)
+        b = broker_factory(start=False)
+        if not b.persistent:
+            pytest.skip("ingestion is Strata's own")
+        b.start()
+        wait_for_topic(b, "syslog")
+        return b, ports
+    return start
+
+
+@pytest.fixture
+def ingest(ingest_factory):
+    """A broker with every ingestion listener (see ingest_factory); returns (broker, ports)."""
+    return ingest_factory()
+
+
+def stats(ports) -> dict:
+    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/stats").read())
 
 
 def wait_for_topic(b, topic: str) -> None:
@@ -177,8 +196,8 @@ def test_logger_udp_and_tcp_lines_arrive_once_in_order(ingest, tmp_path):
     assert h["facility"] == "local0" and h["severity"] == "info"
     assert h["app-name"] == "loggertest" and h["procid"] == "4242"
     assert h["sender"].startswith("127.0.0.1:")
-    stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/stats").read())
-    assert stats["syslog_messages"] == 3 * n and stats["udp_dropped"] == 0
+    counters = stats(ports)
+    assert counters["syslog_messages"] == 3 * n and counters["udp_dropped"] == 0
 
 
 def test_malformed_lines_are_kept_and_counted(ingest):
@@ -191,8 +210,7 @@ def test_malformed_lines_are_kept_and_counted(ingest):
     bad = [r for r in records if "parse-error" in headers(r)]
     assert len(bad) == 1 and bad[0]["payload"] == "not syslog at all"
     assert bad[0]["key"] == "127.0.0.1"
-    stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/stats").read())
-    assert stats["syslog_malformed"] == 1
+    assert stats(ports)["syslog_malformed"] == 1
 
 
 def test_http_produce_answers_durable_offsets(ingest):
@@ -301,13 +319,34 @@ action(type="omfwd" target="127.0.0.1" port="{ports['tcp']}" protocol="tcp"
         stop(proc)
 
 
+def need_rsyslog_module(name: str) -> None:
+    if shutil.which("rsyslogd") and not Path(f"/usr/lib/x86_64-linux-gnu/rsyslog/{name}.so").exists():
+        pytest.skip(f"rsyslog's {name} is not installed (.ci/run installs it)")
+
+
+def kill9_midstream_then_check(b, topic: str, port: int) -> None:
+    """Feeds the lines to the sender listening on `port`, kills the broker with SIGKILL once
+    some (not all) are in `topic`, restarts it, and checks that every line arrives (at least
+    once, each host's lines in order): what the sender was not told is durable, it resends."""
+    per_host = LINES // HOSTS
+    feed(port, lines_5424(HOSTS, per_host))
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if count(b.bootstrap, topic) >= min(1000, per_host * HOSTS // 10):
+            break
+        time.sleep(0.2)
+    b.kill9()
+    b.start()
+    records = wait_count(b.bootstrap, topic, per_host * HOSTS, b)
+    check_lines(records, HOSTS, per_host, exactly_once=False)
+
+
 def test_rsyslog_omrelp_survives_broker_kill9(ingest, tmp_path):
     # Proves RELP's promise end to end: rsyslog's omrelp sends, the broker is killed with
     # SIGKILL mid-stream and restarted, and every line is in the topic afterwards (a line
     # the broker never answered is sent again: at least once, order kept per host).
     b, ports = ingest
-    if shutil.which("rsyslogd") and not Path("/usr/lib/x86_64-linux-gnu/rsyslog/omrelp.so").exists():
-        pytest.skip("rsyslog-relp is not installed (.ci/run installs it)")
+    need_rsyslog_module("omrelp")
     proc, port = start_rsyslog(tmp_path, "omrelp", f"""
 module(load="omrelp")
 action(type="omrelp" target="127.0.0.1" port="{ports['relp']}"
@@ -316,20 +355,16 @@ action(type="omrelp" target="127.0.0.1" port="{ports['relp']}"
        queue.type="LinkedList" queue.size="1000000")
 """)
     try:
-        per_host = LINES // HOSTS
-        feed(port, lines_5424(HOSTS, per_host))
-        # Kill once some (not all) lines are in.
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            if count(b.bootstrap, "syslog") >= min(1000, per_host * HOSTS // 10):
-                break
-            time.sleep(0.2)
-        b.kill9()
-        b.start()
-        records = wait_count(b.bootstrap, "syslog", per_host * HOSTS, b)
-        check_lines(records, HOSTS, per_host, exactly_once=False)
+        kill9_midstream_then_check(b, "syslog", port)
     finally:
         stop(proc)
+
+
+def create_topic(b, topic: str) -> None:
+    """Creates `topic` (auto-create on metadata, the broker's 4 partitions) and waits for it."""
+    subprocess.run(["kcat", "-b", b.bootstrap, "-L", "-t", topic], capture_output=True,
+                   timeout=30)
+    wait_for_topic(b, topic)
 
 
 def test_rsyslog_omkafka_acks_all_survives_broker_kill9(ingest, tmp_path):
@@ -337,11 +372,8 @@ def test_rsyslog_omkafka_acks_all_survives_broker_kill9(ingest, tmp_path):
     # is killed with SIGKILL mid-stream and restarted, and every line is in the topic after
     # (librdkafka retries what was not acknowledged: at least once, order kept per host).
     b, ports = ingest
-    if shutil.which("rsyslogd") and not Path("/usr/lib/x86_64-linux-gnu/rsyslog/omkafka.so").exists():
-        pytest.skip("rsyslog-kafka is not installed (.ci/run installs it)")
-    subprocess.run(["kcat", "-b", b.bootstrap, "-L", "-t", "rsyslog-kafka"], capture_output=True,
-                   timeout=30)  # creates the topic (auto-create), 4 partitions
-    wait_for_topic(b, "rsyslog-kafka")
+    need_rsyslog_module("omkafka")
+    create_topic(b, "rsyslog-kafka")
     proc, port = start_rsyslog(tmp_path, "omkafka", f"""
 module(load="omkafka")
 template(name="line" type="string" string="%rawmsg%")
@@ -355,16 +387,195 @@ action(type="omkafka" broker=["{b.bootstrap}"] topic="rsyslog-kafka" template="l
        queue.type="LinkedList" queue.size="1000000")
 """)
     try:
-        per_host = LINES // HOSTS
-        feed(port, lines_5424(HOSTS, per_host))
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            if count(b.bootstrap, "rsyslog-kafka") >= min(1000, per_host * HOSTS // 10):
-                break
-            time.sleep(0.2)
-        b.kill9()
-        b.start()
-        records = wait_count(b.bootstrap, "rsyslog-kafka", per_host * HOSTS, b)
-        check_lines(records, HOSTS, per_host, exactly_once=False)
+        kill9_midstream_then_check(b, "rsyslog-kafka", port)
     finally:
         stop(proc)
+
+
+def syslog_ng_root() -> Path:
+    """The tree tests/fetch-syslog-ng.sh unpacks syslog-ng into (same default)."""
+    base = os.environ.get("STRATA_SYSLOG_NG_ROOT") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "strata-ci/syslog-ng")
+    return Path(base) / "root"
+
+
+def start_syslog_ng(tmp_path: Path, name: str, destination: str) -> tuple[subprocess.Popen, int]:
+    """syslog-ng from its unpacked tree, in the foreground, with its own config, module path,
+    pid, control socket and persist file in the test's temp dir: a TCP source on a free port
+    (RFC 5424 lines, newline-framed) and `destination` as its only output, under flow
+    control (the source stops reading when the destination's queue is full: nothing is
+    dropped)."""
+    root = syslog_ng_root()
+    binary = root / "usr/sbin/syslog-ng"
+    if not binary.exists():
+        pytest.skip(f"syslog-ng is not unpacked in {root} (.ci/run runs tests/fetch-syslog-ng.sh)")
+    work = tmp_path / f"syslog-ng-{name}"
+    work.mkdir()
+    port = free_port()
+    conf = work / "syslog-ng.conf"
+    conf.write_text(f"""@version: 3.38
+options {{ keep-hostname(yes); threaded(yes); stats-freq(0); log-fifo-size(200000); }};
+source s_in {{ network(transport("tcp") ip("127.0.0.1") port({port}) log-iw-size(100000)
+                       flags(syslog-protocol, store-raw-message)); }};
+destination d_out {{ {destination} }};
+log {{ source(s_in); destination(d_out); flags(flow-control); }};
+""")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(
+        str(root / d) for d in ["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/syslog-ng"])
+    proc = subprocess.Popen(
+        [str(binary), "-F", "-e", "--no-caps", "-f", str(conf),
+         f"--module-path={root}/usr/lib/syslog-ng/3.38", f"--pidfile={work}/pid",
+         f"--control={work}/ctl", f"--persist-file={work}/persist"],
+        env=env, stdout=open(work / "out.log", "wb"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError((work / "out.log").read_text())
+
+
+@pytest.mark.parametrize("driver", ["network", "syslog"])
+def test_syslog_ng_network_and_syslog_destinations(ingest, tmp_path, driver):
+    # Proves syslog-ng's network() destination (RFC 3164 lines, newline-framed TCP) and its
+    # syslog() destination (RFC 5424, octet-counted TCP) deliver every line once, each
+    # host's lines in order in one partition, keyed by the hostname the line carries.
+    b, ports = ingest
+    proc, port = start_syslog_ng(
+        tmp_path, driver, f'{driver}("127.0.0.1" port({ports["tcp"]}) transport("tcp"));')
+    try:
+        per_host = LINES // HOSTS
+        feed(port, lines_5424(HOSTS, per_host))
+        records = wait_count(b.bootstrap, "syslog", per_host * HOSTS, b)
+        check_lines(records, HOSTS, per_host)
+        h = headers(records[0])
+        # The value is the line without its framing: syslog() counts a trailing LF in
+        # the frame, which is framing too.
+        assert not records[0]["payload"].endswith("\n")
+        assert h["app-name"] == "app" and h["facility"] == "local0" and h["procid"] == "1000"
+        assert ("parse-error" in h) is False
+    finally:
+        stop(proc)
+
+
+def test_syslog_ng_kafka_destination(ingest, tmp_path):
+    # Proves syslog-ng's Kafka destination (kafka-c, librdkafka, acks=all) into Strata:
+    # every line once, as received (the raw line), keyed by host, each host's lines in order.
+    b, _ = ingest
+    create_topic(b, "syslog-ng-kafka")
+    proc, port = start_syslog_ng(tmp_path, "kafka", f"""kafka-c(
+        bootstrap-servers("{b.bootstrap}") topic("syslog-ng-kafka")
+        key("$HOST") message("$RAWMSG")
+        config("acks" => "all" "compression.codec" => "lz4" "enable.idempotence" => "false"));""")
+    try:
+        per_host = LINES // HOSTS
+        feed(port, lines_5424(HOSTS, per_host))
+        records = wait_count(b.bootstrap, "syslog-ng-kafka", per_host * HOSTS, b)
+        check_lines(records, HOSTS, per_host)
+        assert records[0]["payload"].startswith("<134>1 2026-11-30T12:00:00.000Z host")
+    finally:
+        stop(proc)
+
+
+def closed_by_peer(s: socket.socket, within_s: float) -> float | None:
+    """Seconds until the broker closed `s` (EOF or reset), reading whatever it sends; None
+    if still open after `within_s`."""
+    start = time.monotonic()
+    s.settimeout(0.2)
+    while time.monotonic() - start < within_s:
+        try:
+            if s.recv(4096) == b"":
+                return time.monotonic() - start
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - start
+    return None
+
+
+def relp_open(s: socket.socket) -> None:
+    offers = b"relp_version=0\nrelp_software=test\ncommands=syslog"
+    s.sendall(b"1 open %d %s\n" % (len(offers), offers))
+    s.settimeout(10)
+    assert b" rsp " in s.recv(4096)
+
+
+def test_silent_connections_are_closed_and_trickled_frames_time_out(ingest_factory):
+    # Proves the ingestion connections' deadlines: a TCP, RELP (opened) or HTTP connection
+    # with nothing sent is closed after connections_max_idle_ms; one trickling a byte
+    # every half second (never idle) but never finishing its frame or request is closed
+    # after request_timeout_ms from the frame's first byte; a connection sending whole
+    # lines in the same rhythm stays open; each closure is counted.
+    b, ports = ingest_factory(STRATA_CONNECTIONS_MAX_IDLE_MS="1500",
+                              STRATA_REQUEST_TIMEOUT_MS="3000")
+    addr = {k: ("127.0.0.1", ports[k]) for k in ("tcp", "relp", "http")}
+    silent = {k: socket.create_connection(a) for k, a in addr.items()}
+    relp_open(silent["relp"])
+    for kind, s in silent.items():
+        took = closed_by_peer(s, 20)
+        assert took is not None, f"silent {kind} connection still open"
+        s.close()
+
+    trickle = {k: socket.create_connection(a) for k, a in addr.items()}
+    relp_open(trickle["relp"])
+    partial = {"tcp": b"<13>1 - host0 app - - - never ends",
+               "relp": b"2 syslog 900 <13>1 - host0 app - - - never",
+               "http": b"POST /topics/trickle HTTP/1.1\r\nContent-Length: 5\r\n"}
+    steady = socket.create_connection(addr["tcp"])
+    start = time.monotonic()
+    open_ = dict(trickle)
+    i = 0
+    while open_ and time.monotonic() - start < 20:
+        for kind, s in list(open_.items()):
+            data = partial[kind]
+            try:
+                s.sendall(data[i:i + 1] if i < len(data) else b"x")
+                s.settimeout(0.01)
+                if s.recv(4096) == b"":
+                    raise ConnectionResetError
+            except socket.timeout:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                # Closed: after the partial-frame timeout, never at the idle one.
+                assert time.monotonic() - start >= 2.5, kind
+                del open_[kind]
+        steady.sendall(b"<13>1 - host0 app - - - seq=0:%d steady\n" % i)
+        i += 1
+        time.sleep(0.5)
+    assert not open_, f"trickling connections still open: {list(open_)}"
+    assert closed_by_peer(steady, 0.5) is None, "a steady sender was closed"
+    steady.close()
+    assert stats(ports)["connections_timed_out"] == 6
+
+
+def test_a_syslog_listener_holds_at_most_syslog_connections_max(ingest_factory):
+    # Proves the per-listener bound, across shards: with syslog_connections_max = 6, six
+    # TCP senders are held and their lines arrive, a seventh is closed at once and
+    # counted, and once one sender leaves a new one is held again.
+    b, ports = ingest_factory(STRATA_SYSLOG_CONNECTIONS_MAX="6")
+    addr = ("127.0.0.1", ports["tcp"])
+    held = [socket.create_connection(addr) for _ in range(6)]
+    for i, s in enumerate(held):
+        s.sendall(b"<13>1 - host%d app - - - seq=%d:0 held\n" % (i, i))
+    wait_count(b.bootstrap, "syslog", 6, b)
+    extra = socket.create_connection(addr)
+    assert closed_by_peer(extra, 10) is not None, "a seventh connection was held"
+    for s in held:
+        assert closed_by_peer(s, 0.2) is None
+    assert stats(ports)["connections_refused"] == 1
+    assert stats(ports)["syslog_connections"] == 6
+    held.pop().close()
+    deadline = time.monotonic() + 10
+    while stats(ports)["syslog_connections"] != 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    again = socket.create_connection(addr)
+    assert closed_by_peer(again, 1) is None
+    again.sendall(b"<13>1 - host9 app - - - seq=9:0 again\n")
+    wait_count(b.bootstrap, "syslog", 7, b)
+    for s in held + [again, extra]:
+        s.close()
