@@ -24,6 +24,11 @@ pub const TOPIC_NAME_LEN_MAX: usize = 249;
 /// Partitions one topic may have; bounds the per-topic vectors and the placement loop.
 pub const TOPIC_PARTITIONS_MAX: i32 = 100_000;
 
+/// Partitions one DescribeTopicPartitions answer may list (Kafka's
+/// `max.request.partition.size.limit` default); a client asking for more gets a cursor to
+/// the next page. Bounds the response a single request can make the broker build.
+pub const DESCRIBE_TOPIC_PARTITIONS_LIMIT_MAX: i32 = 2000;
+
 /// Longest long poll a Fetch may ask for; a larger max.wait.ms is clamped.
 pub const FETCH_WAIT_MS_MAX: i32 = 30_000;
 

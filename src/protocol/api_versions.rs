@@ -18,6 +18,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    // Kafka 4's admin client describes topics with it (Metadata only as a fallback).
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     // Cluster administration, served by the active controller. AlterPartitionReassignments
     // stops at v0: v1's allow_replication_factor_change is not implemented.
     (ApiKey::ElectLeaders, 0, 2),

@@ -157,6 +157,9 @@ mod tests {
             ApiKey::DescribeCluster => {
                 RequestKind::DescribeCluster(DescribeClusterRequest::default())
             }
+            ApiKey::DescribeTopicPartitions => {
+                RequestKind::DescribeTopicPartitions(DescribeTopicPartitionsRequest::default())
+            }
             ApiKey::FindCoordinator => {
                 RequestKind::FindCoordinator(FindCoordinatorRequest::default())
             }

@@ -168,6 +168,10 @@ pub async fn dispatch(
             let req: DescribeClusterRequest = decode_body(&raw)?;
             respond(&raw, &handlers::describe_cluster::handle(ctx, version, req))
         }
+        ApiKey::DescribeTopicPartitions => {
+            let req: DescribeTopicPartitionsRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::describe_topic_partitions::handle(ctx, req))
+        }
         ApiKey::ElectLeaders => {
             let req: ElectLeadersRequest = decode_body(&raw)?;
             respond(

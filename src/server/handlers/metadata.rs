@@ -7,14 +7,14 @@ use kafka_protocol::messages::metadata_response::*;
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
 use super::{str_bytes, topic_name};
-use crate::cluster::catalog::{Catalog, TopicMeta};
+use crate::cluster::catalog::{Catalog, PartitionMeta, TopicMeta};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{encode_offline_reasons, OFFLINE_REASONS_TAG};
 use crate::server::admin::create_topic;
 use crate::shard::ShardCtx;
 
 /// Kafka's "authorized operations not requested" marker.
-const OPERATIONS_OMITTED: i32 = i32::MIN;
+pub(super) const OPERATIONS_OMITTED: i32 = i32::MIN;
 
 pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> MetadataResponse {
     let config = &ctx.shared.config;
@@ -102,48 +102,57 @@ fn error_entry(name: &str, id: uuid::Uuid, code: ErrorCode) -> MetadataResponseT
 }
 
 fn topic_entry(catalog: &Catalog, meta: &TopicMeta) -> MetadataResponseTopic {
-    let ids = |v: &[i32]| v.iter().map(|n| BrokerId(*n)).collect::<Vec<_>>();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&meta.name)))
         .with_topic_id(meta.uuid())
-        .with_is_internal(meta.name.starts_with("__"))
+        .with_is_internal(is_internal(&meta.name))
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
         .with_partitions(
             meta.partitions
                 .iter()
                 .enumerate()
                 .map(|(i, pm)| {
-                    // Replicas on fenced brokers, or whose broker cannot open their log, are
-                    // offline; with no leader the partition is LEADER_NOT_AVAILABLE (clients
-                    // retry), as Kafka reports it.
-                    let offline: Vec<i32> = pm
-                        .replicas
-                        .iter()
-                        .copied()
-                        .filter(|r| {
-                            catalog.brokers.get(r).is_none_or(|b| b.fenced)
-                                || pm.offline.contains_key(r)
-                        })
-                        .collect();
                     let mut tags = BTreeMap::new();
                     if !pm.offline.is_empty() {
                         tags.insert(OFFLINE_REASONS_TAG, encode_offline_reasons(&pm.offline));
                     }
-                    let error = if pm.leader < 0 {
-                        ErrorCode::LeaderNotAvailable.code()
-                    } else {
-                        0
-                    };
                     MetadataResponsePartition::default()
-                        .with_error_code(error)
+                        .with_error_code(partition_error(pm))
                         .with_partition_index(i as i32)
                         .with_leader_id(BrokerId(pm.leader))
                         .with_leader_epoch(pm.leader_epoch)
-                        .with_replica_nodes(ids(&pm.replicas))
-                        .with_isr_nodes(ids(&pm.isr))
-                        .with_offline_replicas(ids(&offline))
+                        .with_replica_nodes(broker_ids(&pm.replicas))
+                        .with_isr_nodes(broker_ids(&pm.isr))
+                        .with_offline_replicas(broker_ids(&offline_replicas(catalog, pm)))
                         .with_unknown_tagged_fields(tags)
                 })
                 .collect(),
         )
+}
+
+/// Whether clients should treat the topic as internal (Kafka's `Topic.isInternal`).
+pub(super) fn is_internal(name: &str) -> bool {
+    name.starts_with("__")
+}
+
+pub(super) fn broker_ids(nodes: &[i32]) -> Vec<BrokerId> {
+    nodes.iter().map(|n| BrokerId(*n)).collect()
+}
+
+/// Replicas on fenced brokers, or whose broker cannot open their log, are offline.
+pub(super) fn offline_replicas(catalog: &Catalog, pm: &PartitionMeta) -> Vec<i32> {
+    pm.replicas
+        .iter()
+        .copied()
+        .filter(|r| catalog.brokers.get(r).is_none_or(|b| b.fenced) || pm.offline.contains_key(r))
+        .collect()
+}
+
+/// With no leader a partition is LEADER_NOT_AVAILABLE (clients retry), as Kafka reports it.
+pub(super) fn partition_error(pm: &PartitionMeta) -> i16 {
+    if pm.leader < 0 {
+        ErrorCode::LeaderNotAvailable.code()
+    } else {
+        0
+    }
 }
