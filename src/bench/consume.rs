@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 
 use super::produce::E2E_STAMP_BYTES;
-use super::report::{lock, SharedRecorder};
+use super::report::{error_kind, lock, SharedRecorder};
 use super::wire::{self, FetchPosition};
 use crate::clock::{Clock, SystemClock};
 
@@ -150,11 +150,12 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
         let measured = sent >= shared.measure_from;
         let mut records = 0u64;
         let mut bytes = 0u64;
-        let mut failure: Option<(i32, i16)> = None;
+        // Every partition that answered an error: each is counted, retriable or not.
+        let mut failures_now: Vec<(i32, i16)> = Vec::new();
         let mut latencies: Vec<(u64, u64)> = Vec::new();
         let top = wire::parse_fetch_response(&body[4..], task.version, |p| {
             if p.error_code != 0 {
-                failure = Some((p.partition, p.error_code));
+                failures_now.push((p.partition, p.error_code));
                 return;
             }
             let Ok(i) = offsets.binary_search_by_key(&p.partition, |o| o.0) else {
@@ -178,16 +179,22 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
         {
             let mut r = lock(&task.recorder);
             if top != 0 {
-                r.record_error(format!("fetch: {}", crate::client::error_code_name(top)));
+                r.record_error(error_kind("fetch", top), None);
             }
-            if let Some((partition, code)) = failure {
-                r.record_error(format!(
-                    "fetch partition {partition}: {}",
-                    crate::client::error_code_name(code)
-                ));
-                if code == OFFSET_OUT_OF_RANGE {
-                    bail!("partition {partition}: offset out of range");
-                }
+            for &(partition, code) in &failures_now {
+                r.record_error(
+                    error_kind("fetch", code),
+                    Some(format!(
+                        "fetch partition {partition}: {}",
+                        crate::client::error_code_name(code)
+                    )),
+                );
+            }
+            if let Some(&(partition, _)) = failures_now
+                .iter()
+                .find(|&&(_, code)| code == OFFSET_OUT_OF_RANGE)
+            {
+                bail!("partition {partition}: offset out of range");
             }
             if measured {
                 r.records += records;
@@ -210,10 +217,10 @@ pub fn run_consumer(shared: Arc<ConsumeShared>, task: ConsumerTask) -> anyhow::R
                 }
             }
         }
-        if top != 0 || failure.is_some() {
+        if top != 0 || !failures_now.is_empty() {
             failures += 1;
             if failures >= FETCH_FAILURES_MAX {
-                let (partition, code) = failure.unwrap_or((-1, top));
+                let (partition, code) = failures_now.last().copied().unwrap_or((-1, top));
                 bail!(
                     "{}: {failures} fetches in a row failed; last: partition {partition}: {}",
                     task.addr,

@@ -52,7 +52,7 @@ pub fn run(common: &CommonArgs, p: &ProducerArgs, c: &ConsumerArgs) -> anyhow::R
         common.histogram_log.clone(),
         window.measure_from,
     )?;
-    let end = supervise(producers, &produce_stop, &window)?;
+    let end = supervise(producers, &produce_stop, &window, &mut produce_meter)?;
     // Let consumers read everything that was acknowledged, bounded in time.
     let drain_deadline = Instant::now() + E2E_DRAIN_TIMEOUT;
     let target = produce_shared.sent_total.load(Ordering::Relaxed);
@@ -66,7 +66,7 @@ pub fn run(common: &CommonArgs, p: &ProducerArgs, c: &ConsumerArgs) -> anyhow::R
         measure_from: window.measure_from,
         measure_until: None,
     };
-    supervise(consumers, &consume_stop, &no_window)?;
+    supervise(consumers, &consume_stop, &no_window, &mut e2e_meter)?;
     reporter.finish()?;
     let duration = end.saturating_duration_since(window.measure_from);
     let consumed = e2e_meter.totals();
@@ -97,5 +97,7 @@ pub fn run(common: &CommonArgs, p: &ProducerArgs, c: &ConsumerArgs) -> anyhow::R
     summary
         .extra
         .insert("produce_errors".into(), produced.errors.into());
+    // The produce side's errors are errors of the run too, listed with the consume side's.
+    summary.add_errors("", &produced.errors_by_kind);
     Ok(summary)
 }

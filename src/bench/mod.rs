@@ -30,7 +30,7 @@ use crate::client::{Client, ClientConfig, ClientError, OffsetSpec, TopicInfo};
 use args::{CommonArgs, ConsumerArgs, From, ProducerArgs};
 use consume::{ConsumeShared, ConsumerTask, PartitionRange};
 use produce::{ProduceShared, ProducerTask};
-use report::{Meter, Reporter, Summary};
+use report::{lock, Meter, Reporter, Summary};
 
 /// Client id the bench's connections send.
 pub const CLIENT_ID: &str = "strata-bench";
@@ -208,7 +208,7 @@ impl Window {
 /// returns the measured duration.
 fn measure(
     common: &CommonArgs,
-    meter: &Meter,
+    meter: &mut Meter,
     handles: Vec<JoinHandle<anyhow::Result<()>>>,
     stop: &AtomicBool,
     window: &Window,
@@ -218,16 +218,19 @@ fn measure(
         common.histogram_log.clone(),
         window.measure_from,
     )?;
-    let end = supervise(handles, stop, window)?;
+    let end = supervise(handles, stop, window, meter)?;
     reporter.finish()?;
     Ok(end.saturating_duration_since(window.measure_from))
 }
 
 /// Waits for `handles`, setting `stop` when the window closes; returns when all are done.
+/// A worker that stopped on an error (a connection lost, a bad response) is an error of the
+/// run: it is counted in `meter` as well as printed.
 pub(crate) fn supervise(
     handles: Vec<JoinHandle<anyhow::Result<()>>>,
     stop: &AtomicBool,
     window: &Window,
+    meter: &mut Meter,
 ) -> anyhow::Result<Instant> {
     let mut first_err = None;
     while handles.iter().any(|h| !h.is_finished()) {
@@ -241,12 +244,18 @@ pub(crate) fn supervise(
     }
     let end = Instant::now();
     let end = window.measure_until.map_or(end, |u| end.min(u));
+    let stopped = meter.add();
     for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => first_err = first_err.or(Some(e)),
-            Err(_) => first_err = first_err.or(Some(anyhow::anyhow!("a bench thread panicked"))),
-        }
+        let failure = match h.join() {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(_) => anyhow::anyhow!("a bench thread panicked"),
+        };
+        lock(&stopped).record_error(
+            format!("{}: connection stopped", meter.name),
+            Some(format!("{failure:#}")),
+        );
+        first_err = first_err.or(Some(failure));
     }
     if let Some(e) = first_err {
         eprintln!("warning: {e:#}");
@@ -446,7 +455,7 @@ fn run_produce(common: &CommonArgs, p: &ProducerArgs) -> anyhow::Result<Summary>
         stop.clone(),
         None,
     )?;
-    let duration = measure(common, &meter, handles, &stop, &window)?;
+    let duration = measure(common, &mut meter, handles, &stop, &window)?;
     Ok(Summary::new(
         "produce",
         common.label.clone(),
@@ -488,7 +497,7 @@ fn run_consume(
         stop.clone(),
         None,
     )?;
-    let duration = measure(common, &meter, handles, &stop, &window)?;
+    let duration = measure(common, &mut meter, handles, &stop, &window)?;
     let config = serde_json::json!({
         "bootstrap": common.bootstrap, "topic": common.topic, "partitions": topic.partitions.len(),
         "consumers": c.consumers, "from": format!("{from:?}"), "offset": offset, "drain": drain,

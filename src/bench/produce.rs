@@ -26,7 +26,7 @@ use super::args::{
     default_batch_records, effective_batch_records, KeyDistribution, ProducerArgs, RecordSize,
     RANDOM_KEY_BYTES,
 };
-use super::report::{lock, SharedRecorder};
+use super::report::{error_kind, lock, SharedRecorder};
 use super::wire::{self, ProducePrefix};
 use crate::cli::AcksArg;
 use crate::client::partitioner::partition_for_key;
@@ -443,10 +443,7 @@ fn read_responses(
                 if entry.measured && shared.budget.is_some() {
                     shared.claimed.fetch_sub(entry.records, Ordering::Relaxed);
                 }
-                r.record_error(format!(
-                    "produce: {}",
-                    crate::client::error_code_name(outcome.error_code)
-                ));
+                r.record_error(error_kind("produce", outcome.error_code), None);
             } else {
                 shared
                     .sent_total

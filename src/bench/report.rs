@@ -44,6 +44,9 @@ pub struct Recorder {
     pub requests: u64,
     pub errors: u64,
     pub last_error: Option<String>,
+    /// Every error seen, counted by kind (`produce: NOT_LEADER_OR_FOLLOWER (retriable)`):
+    /// a retriable error is an error of the run too, so none goes unreported.
+    pub errors_by_kind: BTreeMap<String, u64>,
 }
 
 impl Default for Recorder {
@@ -56,7 +59,18 @@ impl Default for Recorder {
             requests: 0,
             errors: 0,
             last_error: None,
+            errors_by_kind: BTreeMap::new(),
         }
+    }
+}
+
+/// The kind under which a broker error code is counted: its name, marked when retriable.
+pub fn error_kind(what: &str, code: i16) -> String {
+    let name = crate::client::error_code_name(code);
+    if crate::client::error::error_code_is_retriable(code) {
+        format!("{what}: {name} (retriable)")
+    } else {
+        format!("{what}: {name}")
     }
 }
 
@@ -80,9 +94,11 @@ impl Recorder {
         }
     }
 
-    pub fn record_error(&mut self, message: String) {
+    /// Counts one error of `kind`; `detail` (or the kind) becomes the last error shown.
+    pub fn record_error(&mut self, kind: String, detail: Option<String>) {
         self.errors += 1;
-        self.last_error = Some(message);
+        self.last_error = Some(detail.unwrap_or_else(|| kind.clone()));
+        *self.errors_by_kind.entry(kind).or_insert(0) += 1;
     }
 }
 
@@ -125,6 +141,7 @@ impl Meter {
             requests: 0,
             errors: 0,
             last_error: None,
+            errors_by_kind: BTreeMap::new(),
         };
         for r in &self.recorders {
             let r = lock(r);
@@ -136,6 +153,9 @@ impl Meter {
             t.errors += r.errors;
             if r.last_error.is_some() {
                 t.last_error = r.last_error.clone();
+            }
+            for (kind, n) in &r.errors_by_kind {
+                *t.errors_by_kind.entry(kind.clone()).or_insert(0) += n;
             }
         }
         t
@@ -163,6 +183,7 @@ pub struct Totals {
     pub requests: u64,
     pub errors: u64,
     pub last_error: Option<String>,
+    pub errors_by_kind: BTreeMap<String, u64>,
 }
 
 /// Latency percentiles in µs.
@@ -210,7 +231,10 @@ pub struct Summary {
     /// 10^6 bytes per second.
     pub mb_per_sec: f64,
     pub requests: u64,
+    /// Every error of the run, retriable ones included (a retried request is still an error).
     pub errors: u64,
+    /// `errors` by kind; empty when there was none.
+    pub errors_by_kind: BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// The main latency: produce (send → response) or e2e (send → receipt).
@@ -244,6 +268,7 @@ impl Summary {
             mb_per_sec: round3(totals.bytes as f64 / secs / 1e6),
             requests: totals.requests,
             errors: totals.errors,
+            errors_by_kind: totals.errors_by_kind.clone(),
             last_error: totals.last_error.clone(),
             latency_us: Latency::of(&totals.histogram),
             extra: BTreeMap::new(),
@@ -270,10 +295,25 @@ impl Summary {
         for (k, v) in &self.extra {
             s += &format!("  {k}: {v}\n");
         }
+        for (kind, n) in &self.errors_by_kind {
+            s += &format!("  error: {kind} x {n}\n");
+        }
         if let Some(e) = &self.last_error {
             s += &format!("  last error: {e}\n");
         }
         s
+    }
+
+    /// Adds errors counted elsewhere (the produce side of e2e, a worker that stopped) to this
+    /// run's errors, under `prefix`.
+    pub fn add_errors(&mut self, prefix: &str, errors_by_kind: &BTreeMap<String, u64>) {
+        for (kind, n) in errors_by_kind {
+            self.errors += n;
+            *self
+                .errors_by_kind
+                .entry(format!("{prefix}{kind}"))
+                .or_insert(0) += n;
+        }
     }
 }
 
@@ -429,6 +469,44 @@ mod tests {
         // Out-of-range values are clamped, not dropped.
         fast.record_latency(u64::MAX, 1, None);
         assert_eq!(fast.total.len(), 4);
+    }
+
+    #[test]
+    fn retriable_errors_are_counted_and_every_kind_is_listed() {
+        // Proves a retriable broker error (NOT_LEADER_OR_FOLLOWER, 6) counts as an error of the
+        // run like a fatal one, each kind is listed with its count in the text and the JSON, and
+        // errors added from elsewhere (e2e's produce side) join the total.
+        let mut meter = Meter::new("produce", true);
+        let a = meter.add();
+        let b = meter.add();
+        lock(&a).record_error(error_kind("produce", 6), None);
+        lock(&b).record_error(error_kind("produce", 6), None);
+        lock(&b).record_error(error_kind("produce", 87), None);
+        let mut summary = Summary::new(
+            "produce",
+            String::new(),
+            &meter.totals(),
+            "record values",
+            Duration::from_secs(1),
+            serde_json::json!({}),
+        );
+        assert_eq!(summary.errors, 3);
+        let retriable = "produce: NOT_LEADER_OR_FOLLOWER (retriable)";
+        assert_eq!(summary.errors_by_kind.get(retriable), Some(&2));
+        assert_eq!(
+            summary.errors_by_kind.get("produce: INVALID_RECORD"),
+            Some(&1)
+        );
+        let text = summary.text();
+        assert!(text.contains(", 3 errors"), "{text}");
+        assert!(text.contains(&format!("error: {retriable} x 2")), "{text}");
+        let mut other = BTreeMap::new();
+        other.insert("produce: connection stopped".to_owned(), 1);
+        summary.add_errors("", &other);
+        assert_eq!(summary.errors, 4);
+        let json = serde_json::to_value(&summary).expect("json");
+        assert_eq!(json["errors_by_kind"][retriable], 2);
+        assert_eq!(json["errors_by_kind"]["produce: connection stopped"], 1);
     }
 
     #[test]
