@@ -293,8 +293,26 @@ async fn housekeeping_loop(ctx: Rc<ShardCtx>) {
         if tick.is_multiple_of(trim_every) {
             crate::alloc::release_free_memory();
         }
+        if tick.is_multiple_of(BUDGET_LOG_EVERY_TICKS) {
+            use crate::storage::MemoryClass;
+            let b = &ctx.budget;
+            tracing::debug!(
+                shard = ctx.id,
+                limit = b.limit(),
+                used = b.used(),
+                log = b.used_by(MemoryClass::Log),
+                requests = b.used_by(MemoryClass::Requests),
+                responses = b.used_by(MemoryClass::Responses),
+                partitions = b.used_by(MemoryClass::Partitions),
+                write_pool = b.write_pool_bytes(),
+                "memory budget"
+            );
+        }
     }
 }
+
+/// Housekeeping ticks between two debug lines of the memory budget's use (every 5 s).
+const BUDGET_LOG_EVERY_TICKS: u64 = 20;
 
 /// Applies retention (and time-based rolling) to this shard's partitions periodically.
 async fn retention_loop(ctx: Rc<ShardCtx>) {

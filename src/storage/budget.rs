@@ -52,9 +52,13 @@ pub enum MemoryClass {
     Requests,
     /// Responses built and waiting to be written to their socket (fetch data).
     Responses,
+    /// What an open partition keeps whatever its traffic (`PARTITION_RESIDENT_BYTES` each:
+    /// its segment map, indexes, flusher task, partial last block): charged so the budget
+    /// holds with any partition count, the caches getting what is left.
+    Partitions,
 }
 
-const CLASSES: usize = 3;
+const CLASSES: usize = 4;
 
 impl MemoryClass {
     fn index(self) -> usize {
@@ -62,6 +66,7 @@ impl MemoryClass {
             MemoryClass::Log => 0,
             MemoryClass::Requests => 1,
             MemoryClass::Responses => 2,
+            MemoryClass::Partitions => 3,
         }
     }
 }
@@ -123,8 +128,9 @@ impl MemoryBudget {
             write_pool: Rc::new(glommio::sync::Semaphore::new(pool as u64)),
             limit: limit_bytes,
             used: Cell::new(0),
-            by_class: [Cell::new(0), Cell::new(0), Cell::new(0)],
+            by_class: [Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0)],
             class_caps: [
+                Cell::new(usize::MAX),
                 Cell::new(usize::MAX),
                 Cell::new(usize::MAX),
                 Cell::new(usize::MAX),
@@ -301,9 +307,25 @@ impl MemoryBudget {
         bytes <= self.available()
     }
 
-    /// A log wrote data it keeps cached: the next eviction round may find something.
+    /// A log wrote data it keeps cached: the next eviction round may find something, so
+    /// writers waiting for room look again (they evict it).
     pub fn mark_evictable(&self) {
         self.maybe_evictable.set(true);
+        self.released.notify_all();
+    }
+    /// Whether a log with nothing staged may take `bytes` it found no room for (a forced
+    /// charge, so one batch always gets in): only while the budget stays within
+    /// `limit / FORCED_SLACK_DIVISOR` over its room, or when the Log class holds nothing
+    /// (the rest is fixed or drains on its own, so waiting could last forever). Past that the
+    /// writer waits for flushers to make cached data evictable: five thousand partitions
+    /// each forcing one batch in at the limit would otherwise overshoot it by five thousand
+    /// batches.
+    pub fn may_force(&self, bytes: usize) -> bool {
+        let ceiling = self
+            .limit
+            .saturating_sub(self.write_pool_bytes)
+            .saturating_add(self.limit / FORCED_SLACK_DIVISOR);
+        self.used.get().saturating_add(bytes) <= ceiling || self.used_by(MemoryClass::Log) == 0
     }
 
     /// Resolves after the next release; listen before re-checking so none is missed.
@@ -319,6 +341,8 @@ impl MemoryBudget {
     }
 }
 
+/// Forced charges stop at this share of the limit over the budget's room (`may_force`).
+const FORCED_SLACK_DIVISOR: usize = 32;
 /// One eviction round frees this share of the limit beyond what was asked ...
 const EVICTION_SLACK_DIVISOR: usize = 64;
 /// ... but at most this much.
@@ -476,6 +500,23 @@ mod tests {
     /// A class cap bounds the class (at most half the limit); charges grow, split and
     /// shrink exactly; a grow past the class cap is clamped to it rather than waiting for
     /// room that could never be free.
+    #[test]
+    fn forced_charges_stop_at_the_slack_unless_the_log_class_is_empty() {
+        // Proves a log may force a batch in only while the budget stays within its slack
+        // (limit / 32 over its room), so many logs at the limit cannot each add a batch, and
+        // that with nothing in the Log class (the budget held by fixed partition charges)
+        // forcing is still allowed, so appends cannot wait forever.
+        let b = MemoryBudget::new(32 << 10);
+        let slack = (32 << 10) / FORCED_SLACK_DIVISOR;
+        let _fixed = b.charge_forced(MemoryClass::Partitions, 40 << 10);
+        assert!(b.may_force(10 << 10), "the Log class is empty");
+        let _one = b.charge_forced(MemoryClass::Log, 1);
+        assert!(!b.may_force(1), "over the limit with Log bytes: wait");
+        drop(_fixed);
+        assert!(b.may_force((32 << 10) + slack - 1 - 1));
+        assert!(!b.may_force((32 << 10) + slack));
+    }
+
     #[test]
     fn class_caps_bound_and_clamp() {
         let b = MemoryBudget::new(1000);

@@ -61,9 +61,10 @@ impl Inner {
 impl Partition {
     /// The budget charge for `len` more bytes in memory: evicting cached batches (of any
     /// log of the shard) if needed. With no room even then, a log with nothing staged
-    /// still takes its batch (so every log makes progress and internal appends never stall
-    /// behind producers); one with staged bytes is refused, and its producer waits
-    /// (`wait_for_staging_room`) until a flush and eviction make room.
+    /// still takes its batch while the budget's small forced slack allows
+    /// (`MemoryBudget::may_force`: every log makes progress, and internal appends such as
+    /// group commits do not stall behind producers); otherwise it is refused, and its
+    /// producer waits (`wait_for_staging_room`) until a flush and eviction make room.
     /// Called before borrowing `inner`: eviction borrows every log of the shard.
     fn charge(&self, len: usize) -> Result<Charge, usize> {
         let budget = Rc::clone(&self.budget.borrow());
@@ -71,7 +72,7 @@ impl Partition {
             return Ok(c);
         }
         let staged = self.inner.borrow().staged_bytes() as usize;
-        if staged == 0 {
+        if staged == 0 && budget.may_force(len) {
             return Ok(budget.charge_forced(MemoryClass::Log, len));
         }
         Err(staged)
@@ -408,7 +409,7 @@ impl Partition {
                 }
                 inner.staged_bytes() as usize
             };
-            if staged == 0 {
+            if staged == 0 && budget.may_force(len) {
                 return Ok(());
             }
             if staged + len <= STAGING_BYTES_MAX
@@ -416,6 +417,8 @@ impl Partition {
             {
                 return Ok(());
             }
+            // With nothing staged here, room comes from other logs' flushes (which make their
+            // cached batches evictable and wake `released`) or from releases.
             self.flush_wakeup.notify_all();
             futures_lite::future::or(listener, released).await;
         }

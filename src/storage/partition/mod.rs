@@ -54,7 +54,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::budget::{Evictable, MemoryBudget};
+use super::budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 use super::epoch_checkpoint;
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
@@ -65,6 +65,7 @@ use super::space::DiskSpace;
 use super::state_file;
 use super::tail_cache::TailCache;
 use super::{Error, FlushPolicy, LogConfig};
+use crate::limits::PARTITION_RESIDENT_BYTES;
 use crate::replication::epoch_cache::EpochCache;
 
 pub use read::TimestampOffset;
@@ -164,6 +165,8 @@ pub struct Partition {
     appended: Notify,
     /// The shard's memory budget: every batch this log holds in memory is charged to it.
     budget: RefCell<Rc<MemoryBudget>>,
+    /// This log's fixed memory (`PARTITION_RESIDENT_BYTES`), charged to `budget` while open.
+    resident: RefCell<Option<Charge>>,
     /// The data directory's free space: appends and preallocations lower its estimate, and
     /// preallocation never eats into the reserve.
     disk: RefCell<Option<Arc<DiskSpace>>>,
@@ -342,6 +345,7 @@ impl Partition {
             state_lock: glommio::sync::Semaphore::new(1),
             appended: Notify::default(),
             budget: RefCell::new(MemoryBudget::unlimited()),
+            resident: RefCell::new(None),
             disk: RefCell::new(None),
         });
         let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
@@ -355,9 +359,13 @@ impl Partition {
 
     /// Counts this log's in-memory batches against `budget` (the shard's) from now on, and
     /// lets the budget evict its tail cache when the shard is short of memory.
+    /// Its fixed memory is charged too (`PARTITION_RESIDENT_BYTES`, forced: the log is open
+    /// already), so the caches give way as partitions are added.
     pub fn set_budget(self: &Rc<Self>, budget: Rc<MemoryBudget>) {
         let me: Rc<dyn Evictable> = self.clone();
         budget.register(Rc::downgrade(&me));
+        let resident = budget.charge_forced(MemoryClass::Partitions, PARTITION_RESIDENT_BYTES);
+        *self.resident.borrow_mut() = Some(resident);
         *self.budget.borrow_mut() = budget;
     }
 
@@ -506,6 +514,7 @@ impl Partition {
             inner.closed = true;
             inner.cache.clear();
         }
+        self.resident.borrow_mut().take();
         self.progress.notify_all();
         result
     }
