@@ -5,6 +5,7 @@ pub mod api_versions;
 pub mod error;
 pub mod frame;
 pub mod fuzz;
+pub mod inflate;
 pub mod partition_key;
 pub mod produce_batch;
 pub mod record_batch;

@@ -295,38 +295,31 @@ pub enum RecordsError {
     TooLarge { len: usize, max: usize },
 }
 
-/// The records section of one whole, validated batch, decompressed. Bounded: a payload that
-/// inflates past `decompressed_max` bytes is refused (a decompression bomb must not grow the
-/// broker).
+/// The records section of one whole, validated batch, decompressed. Bounded while it
+/// inflates: a payload whose output passes `decompressed_max` bytes is refused as soon as it
+/// does (see [`super::inflate`]), so a decompression bomb cannot grow the broker past the bound.
 pub fn decompressed_records(
     batch: &[u8],
     decompressed_max: usize,
 ) -> Result<bytes::Bytes, RecordsError> {
-    use kafka_protocol::compression::{self as codecs, Decompressor};
     let header = validate(batch)?;
     let payload = batch.get(BATCH_HEADER_LEN..).unwrap_or_default();
-    let mut compressed = bytes::Bytes::copy_from_slice(payload);
     let codec = header.compression();
-    let fail = |e: anyhow::Error| RecordsError::Decompress {
-        codec,
-        message: e.to_string(),
-    };
-    let take = |b: &mut bytes::Bytes| Ok(std::mem::take(b));
-    let out = match codec {
-        CODEC_NONE => compressed,
-        CODEC_GZIP => codecs::Gzip::decompress(&mut compressed, take).map_err(fail)?,
-        CODEC_SNAPPY => codecs::Snappy::decompress(&mut compressed, take).map_err(fail)?,
-        CODEC_LZ4 => codecs::Lz4::decompress(&mut compressed, take).map_err(fail)?,
-        CODEC_ZSTD => codecs::Zstd::decompress(&mut compressed, take).map_err(fail)?,
-        other => return Err(BatchError::BadCompression(other).into()),
-    };
-    if out.len() > decompressed_max {
-        return Err(RecordsError::TooLarge {
-            len: out.len(),
-            max: decompressed_max,
-        });
+    if codec == CODEC_NONE {
+        if payload.len() > decompressed_max {
+            return Err(RecordsError::TooLarge {
+                len: payload.len(),
+                max: decompressed_max,
+            });
+        }
+        return Ok(bytes::Bytes::copy_from_slice(payload));
     }
-    Ok(out)
+    // Grows with the output (never by what the payload claims), up to the bound.
+    let mut out = Vec::with_capacity(payload.len().saturating_mul(4).min(decompressed_max));
+    super::inflate::inflate(codec, payload, decompressed_max, &mut |piece| {
+        out.extend_from_slice(piece)
+    })?;
+    Ok(out.into())
 }
 
 /// Reads a zigzag varint (Kafka's record fields) at `*pos`, advancing it.
