@@ -62,7 +62,7 @@ pub use partition::{
 pub use space::DiskSpace;
 
 use crate::protocol::error::ErrorCode;
-use crate::protocol::record_batch::BatchError;
+use crate::protocol::record_batch::{BatchError, RecordsError};
 
 /// Bytes staged in memory but not yet written, per partition. Past this, appends are refused
 /// (`AppendError::Backpressure`) instead of growing memory without bound while the disk lags.
@@ -215,6 +215,10 @@ pub enum AppendError {
     UnknownProducerId { producer_id: i64 },
     #[error("corrupt batch: {0}")]
     CorruptMessage(BatchError),
+    /// The compressed records do not decompress, or inflate past
+    /// `RECORDS_DECOMPRESSED_BYTES_MAX` (refused while inflating: a decompression bomb).
+    #[error("records of the batch: {0}")]
+    BadRecords(RecordsError),
     #[error("{staged_bytes} bytes staged, more than {max}: the disk is behind")]
     Backpressure { staged_bytes: usize, max: usize },
     #[error(transparent)]
@@ -263,6 +267,10 @@ impl AppendError {
         match self {
             AppendError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
             AppendError::CorruptMessage(_) => ErrorCode::CorruptMessage,
+            // Kafka's InvalidRecordException: not retriable, so a producer does not resend a
+            // bomb; a payload its codec cannot read is corrupt.
+            AppendError::BadRecords(RecordsError::TooLarge { .. }) => ErrorCode::InvalidRecord,
+            AppendError::BadRecords(_) => ErrorCode::CorruptMessage,
             AppendError::UnknownProducerId { .. } => ErrorCode::UnknownProducerId,
             // The disk is behind: a retriable error makes the producer back off and resend.
             AppendError::Backpressure { .. } => ErrorCode::RequestTimedOut,

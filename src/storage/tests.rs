@@ -1709,3 +1709,66 @@ fn tail_caches_share_one_budget() {
         assert_eq!(budget.used(), 0, "closed logs release everything");
     });
 }
+
+/// `make_batch`'s header around `payload` compressed with `codec` (attributes' low bits),
+/// CRC-32C recomputed.
+fn compressed_batch(codec: i16, payload: &[u8]) -> BytesMut {
+    let mut b = make_batch(1, 1_000, -1, -1, -1, 0).to_vec();
+    b.extend_from_slice(payload);
+    let len = (b.len() - 12) as i32;
+    b[8..12].copy_from_slice(&len.to_be_bytes());
+    b[21..23].copy_from_slice(&codec.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    validate(&b).unwrap();
+    BytesMut::from(&b[..])
+}
+
+/// A gzip batch of a few hundred KiB that inflates past RECORDS_DECOMPRESSED_BYTES_MAX is
+/// refused at append with BadRecords(TooLarge) (INVALID_RECORD), a payload gzip cannot read
+/// with CORRUPT_MESSAGE; neither is stored nor charged, and the log takes the next batch.
+#[test]
+fn decompression_bombs_are_refused_at_append() {
+    use std::io::Write;
+    run(|| async {
+        let dir = test_dir();
+        let p = Partition::open(dir.path().join("t-0"), LogConfig::default())
+            .await
+            .unwrap();
+        let budget = MemoryBudget::new(64 << 20);
+        p.set_budget(Rc::clone(&budget));
+        let before = budget.used();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..(crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX >> 20) + 1 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = compressed_batch(1, &gz.finish().unwrap());
+        let err = p.append(&bomb, 0).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AppendError::BadRecords(
+                    crate::protocol::record_batch::RecordsError::TooLarge { .. }
+                )
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            err.error_code(),
+            crate::protocol::error::ErrorCode::InvalidRecord
+        );
+        let err = p
+            .append(compressed_batch(1, b"not gzip at all"), 0)
+            .unwrap_err();
+        assert_eq!(
+            err.error_code(),
+            crate::protocol::error::ErrorCode::CorruptMessage
+        );
+        assert_eq!(p.log_end_offset(), 0);
+        assert_eq!(budget.used(), before, "nothing refused stays charged");
+        let out = p.append(plain(1, 0, 100), 0).unwrap();
+        assert_eq!(out.base_offset, 0);
+        p.close().await.unwrap();
+    });
+}

@@ -9,8 +9,11 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
+use crate::protocol::inflate::inflated_len;
 use crate::protocol::record_batch::{
-    patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError, BatchHeader,
+    patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError,
+    BatchHeader, BATCH_HEADER_LEN, CODEC_NONE,
 };
 use crate::storage::budget::{Charge, MemoryClass};
 use crate::storage::producer_state::{BatchIdentity, SequenceError, Verdict};
@@ -94,6 +97,19 @@ impl Partition {
                 len: header.batch_length as i64,
                 min: input.len(),
             }));
+        }
+        if header.compression() != CODEC_NONE && !header.is_control() {
+            // Kafka reads every record of a compressed batch before appending it; we only
+            // check it inflates within the bound the broker's own readers use (ListOffsets
+            // by time, recompression, the cleaner), counting into a fixed scratch buffer and
+            // stopping as soon as it passes: a bomb costs CPU up to the bound, no memory.
+            let payload = input.get(BATCH_HEADER_LEN..).unwrap_or_default();
+            inflated_len(
+                header.compression(),
+                payload,
+                RECORDS_DECOMPRESSED_BYTES_MAX,
+            )
+            .map_err(AppendError::BadRecords)?;
         }
         {
             let inner = self.inner.borrow();
