@@ -240,6 +240,7 @@ async fn shard_main(
     let _ = ready_tx.send(Ok(()));
 
     let retention = glommio::spawn_local(retention_loop(ctx.clone())).detach();
+    let cleaner = crate::shard::cleaner::spawn(ctx.clone());
     // One shard measures the free disk space for all.
     let disk_poll =
         (shard == 0).then(|| glommio::spawn_local(housekeeping_loop(ctx.clone())).detach());
@@ -265,6 +266,9 @@ async fn shard_main(
         futures_lite::future::or(notified, glommio::timer::sleep(Duration::from_millis(100))).await;
     }
     retention.cancel();
+    if let Some(t) = cleaner {
+        t.cancel();
+    }
     if let Some(t) = disk_poll {
         t.cancel();
     }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::storage::{CompressionType, FlushPolicy, LogConfig, TimestampType};
+use crate::storage::{CleanupPolicy, CompressionType, FlushPolicy, LogConfig, TimestampType};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -189,6 +189,25 @@ pub struct Config {
     /// How long a record received by syslog or HTTP waits for more to fill its partition's
     /// batch before the batch is appended.
     pub ingest_linger_ms: u64,
+    /// Kafka's log.cleaner.enable: run a log cleaner on every shard for compacted topics.
+    pub log_cleaner_enable: bool,
+    /// Kafka's log.cleaner.dedupe.buffer.size: memory for the cleaners' key -> offset maps,
+    /// for the whole broker, split evenly over the shards. A log with more distinct keys in
+    /// its dirty section than a shard's map holds is cleaned in several passes.
+    pub log_cleaner_dedupe_buffer_size: u64,
+    /// Kafka's log.cleaner.io.max.bytes.per.second: bytes a shard's cleaner reads plus
+    /// writes per second, at most; 0 is unlimited (Kafka's default, Double.MaxValue).
+    pub log_cleaner_io_max_bytes_per_second: u64,
+    /// Kafka's log.cleaner.backoff.ms: how long a cleaner sleeps when no log needs cleaning.
+    pub log_cleaner_backoff_ms: u64,
+    /// Kafka's log.cleaner.min.cleanable.ratio (topic: min.cleanable.dirty.ratio).
+    pub log_cleaner_min_cleanable_ratio: f64,
+    /// Kafka's log.cleaner.delete.retention.ms (topic: delete.retention.ms).
+    pub log_cleaner_delete_retention_ms: i64,
+    /// Kafka's log.cleaner.min.compaction.lag.ms (topic: min.compaction.lag.ms).
+    pub log_cleaner_min_compaction_lag_ms: i64,
+    /// Kafka's log.cleaner.max.compaction.lag.ms (topic: max.compaction.lag.ms).
+    pub log_cleaner_max_compaction_lag_ms: i64,
 }
 
 impl Default for Config {
@@ -255,6 +274,14 @@ impl Default for Config {
             syslog_connections_max: 20_000,
             http_listen: String::new(),
             ingest_linger_ms: 5,
+            log_cleaner_enable: true,
+            log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
+            log_cleaner_io_max_bytes_per_second: 0,
+            log_cleaner_backoff_ms: 15_000,
+            log_cleaner_min_cleanable_ratio: 0.5,
+            log_cleaner_delete_retention_ms: 86_400_000,
+            log_cleaner_min_compaction_lag_ms: 0,
+            log_cleaner_max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -686,6 +713,22 @@ impl Config {
             self.unclean_leader_election_enable.to_string(),
         );
         m.insert("compression.type".into(), "producer".into());
+        m.insert(
+            "min.cleanable.dirty.ratio".into(),
+            self.log_cleaner_min_cleanable_ratio.to_string(),
+        );
+        m.insert(
+            "delete.retention.ms".into(),
+            self.log_cleaner_delete_retention_ms.to_string(),
+        );
+        m.insert(
+            "min.compaction.lag.ms".into(),
+            self.log_cleaner_min_compaction_lag_ms.to_string(),
+        );
+        m.insert(
+            "max.compaction.lag.ms".into(),
+            self.log_cleaner_max_compaction_lag_ms.to_string(),
+        );
         m
     }
 
@@ -700,11 +743,15 @@ impl Config {
 pub const TOPIC_CONFIG_KEYS: &[&str] = &[
     "cleanup.policy",
     "compression.type",
+    "delete.retention.ms",
     "flush.ms",
     "flush.policy",
     "index.interval.bytes",
+    "max.compaction.lag.ms",
     "max.message.bytes",
     "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
     "min.insync.replicas",
     "retention.bytes",
     "retention.ms",
@@ -790,12 +837,49 @@ pub fn log_config_from(
         }
     };
     if let Some(policy) = settings.get("cleanup.policy") {
-        if policy != "delete" {
-            return Err((
+        c.cleanup_policy = CleanupPolicy::parse(policy).ok_or_else(|| {
+            (
                 "cleanup.policy".into(),
-                format!("`{policy}` is not supported (only delete)"),
-            ));
+                format!("`{policy}` is not delete, compact or compact,delete"),
+            )
+        })?;
+    }
+    c.min_cleanable_dirty_ratio = num(
+        settings,
+        "min.cleanable.dirty.ratio",
+        broker.log_cleaner_min_cleanable_ratio,
+    )?;
+    if !(0.0..=1.0).contains(&c.min_cleanable_dirty_ratio) {
+        return Err((
+            "min.cleanable.dirty.ratio".into(),
+            "must be between 0 and 1".into(),
+        ));
+    }
+    c.delete_retention_ms = num(
+        settings,
+        "delete.retention.ms",
+        broker.log_cleaner_delete_retention_ms,
+    )?;
+    c.min_compaction_lag_ms = num(
+        settings,
+        "min.compaction.lag.ms",
+        broker.log_cleaner_min_compaction_lag_ms,
+    )?;
+    c.max_compaction_lag_ms = num(
+        settings,
+        "max.compaction.lag.ms",
+        broker.log_cleaner_max_compaction_lag_ms,
+    )?;
+    for (key, value) in [
+        ("delete.retention.ms", c.delete_retention_ms),
+        ("min.compaction.lag.ms", c.min_compaction_lag_ms),
+    ] {
+        if value < 0 {
+            return Err((key.into(), "must be at least 0".into()));
         }
+    }
+    if c.max_compaction_lag_ms < 1 {
+        return Err(("max.compaction.lag.ms".into(), "must be at least 1".into()));
     }
     if let Some(ct) = settings.get("compression.type") {
         c.compression = CompressionType::parse(ct).ok_or_else(|| {
@@ -886,6 +970,11 @@ fn parse_like(current: &toml::Value, raw: &str) -> Result<toml::Value, String> {
                 .parse()
                 .map_err(|_| "expected an integer".to_string())?,
         ),
+        toml::Value::Float(_) => toml::Value::Float(
+            raw.trim()
+                .parse()
+                .map_err(|_| "expected a number".to_string())?,
+        ),
         toml::Value::Boolean(_) => toml::Value::Boolean(
             raw.trim()
                 .parse()
@@ -908,6 +997,13 @@ fn parse_like(current: &toml::Value, raw: &str) -> Result<toml::Value, String> {
 /// the broker resource.
 pub const BROKER_TOPIC_DEFAULTS: &[(&str, &str)] = &[
     ("compression.type", "compression.type"),
+    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
+    ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+    (
+        "log.cleaner.min.cleanable.ratio",
+        "min.cleanable.dirty.ratio",
+    ),
+    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
     ("log.cleanup.policy", "cleanup.policy"),
     ("log.flush.interval.ms", "flush.ms"),
     ("log.flush.policy", "flush.policy"),

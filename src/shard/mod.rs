@@ -6,6 +6,7 @@
 //! Work for a partition that another shard owns crosses the channel mesh (`mesh`). The
 //! invariant the asserts protect: a shard only ever opens and serves partitions the catalog
 //! places on it.
+pub mod cleaner;
 pub mod groups;
 pub mod mesh;
 pub mod ops;

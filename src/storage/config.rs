@@ -56,7 +56,43 @@ impl CompressionType {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// cleanup.policy: what removes old records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// `delete`: retention by time and size removes whole segments.
+    pub delete: bool,
+    /// `compact`: the cleaner keeps the last record per key.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub const DELETE: Self = Self {
+        delete: true,
+        compact: false,
+    };
+    pub const COMPACT: Self = Self {
+        delete: false,
+        compact: true,
+    };
+
+    /// Parses Kafka's list value: `delete`, `compact`, or both comma-separated in any order.
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut policy = Self {
+            delete: false,
+            compact: false,
+        };
+        for item in value.split(',').map(str::trim) {
+            match item {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                _ => return None,
+            }
+        }
+        Some(policy)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
 pub struct LogConfig {
     /// segment.bytes
     pub segment_bytes: u64,
@@ -80,6 +116,17 @@ pub struct LogConfig {
     pub tail_cache_bytes: usize,
     /// compression.type
     pub compression: CompressionType,
+    /// cleanup.policy
+    pub cleanup_policy: CleanupPolicy,
+    /// min.cleanable.dirty.ratio
+    pub min_cleanable_dirty_ratio: f64,
+    /// delete.retention.ms: how long a tombstone stays readable after its segment was
+    /// first cleaned.
+    pub delete_retention_ms: i64,
+    /// min.compaction.lag.ms
+    pub min_compaction_lag_ms: i64,
+    /// max.compaction.lag.ms
+    pub max_compaction_lag_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -97,6 +144,11 @@ impl Default for LogConfig {
             preallocate_bytes: 64 << 20,
             tail_cache_bytes: 32 << 20,
             compression: CompressionType::Producer,
+            cleanup_policy: CleanupPolicy::DELETE,
+            min_cleanable_dirty_ratio: 0.5,
+            delete_retention_ms: 86_400_000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }

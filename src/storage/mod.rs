@@ -54,10 +54,11 @@ use std::path::PathBuf;
 
 pub use crate::replication::epoch_cache::{EpochCache, EpochEntry};
 pub use budget::{Charge, Evictable, MemoryBudget, MemoryClass};
-pub use config::{CompressionType, FlushPolicy, LogConfig, TimestampType};
+pub use config::{CleanupPolicy, CompressionType, FlushPolicy, LogConfig, TimestampType};
 pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
 pub use partition::{
-    AppendOutcome, HwMode, Partition, ReadOutcome, ReplicaAppendOutcome, TimestampOffset,
+    AppendOutcome, CleanReport, CleanerThrottle, HwMode, Partition, ReadOutcome,
+    ReplicaAppendOutcome, TimestampOffset,
 };
 pub use space::DiskSpace;
 

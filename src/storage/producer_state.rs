@@ -97,6 +97,14 @@ impl ProducerStateTable {
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
     }
+    /// Last offset of the producer's last batch, if it has state (the log cleaner keeps
+    /// that batch, maybe empty, so the producer's sequence survives cleaning).
+    pub fn last_offset_of(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .map(ProducerEntry::last_offset)
+            .filter(|&o| o >= 0)
+    }
 
     pub fn check(&self, b: &BatchIdentity) -> Result<Verdict, SequenceError> {
         if b.producer_id < 0 {

@@ -5,12 +5,20 @@
 //!   Startup does not read closed segments' data otherwise, so it costs O(active segment).
 //! - The active (last) segment is scanned from its last usable index entry (or from where
 //!   the producer snapshot ends, if earlier): every batch's length and CRC are checked
-//!   (`BatchIter`) and base offsets must be contiguous. The file is cut at the first invalid
-//!   byte (a torn write, a flipped bit, garbage), then re-preallocated, so stale bytes past
-//!   the logical end can never be read back as data. Its index files are deleted if they
-//!   described bytes that were cut.
+//!   (`BatchIter`) and base offsets must increase. The file is cut at the first invalid
+//!   byte (a torn write, a flipped bit, garbage, offsets going backwards), then
+//!   re-preallocated, so stale bytes past the logical end can never be read back as data.
+//!   Its index files are deleted if they described bytes that were cut.
+//! - Offset gaps: Kafka's logs only require offsets to increase, since the log cleaner
+//!   removes whole batches. Here a gap is accepted only where one can legitimately be: below
+//!   the persisted `offset-gaps-below` bound, which the cleaner raises before it swaps a
+//!   cleaned segment in and a follower raises before it appends a batch past a gap (its
+//!   leader's log was cleaned). Above the bound a gap means damage (a stale but valid batch
+//!   past the end, a segment cut by a truncation whose later segments survived a crash) and
+//!   ends the log there. An unreadable bound accepts every gap (a warning): refusing them
+//!   would cut a cleaned log at its first gap and lose data.
 //! - A non-last segment found invalid while rebuilding becomes the end of the log: later
-//!   segments are deleted, because offsets must stay contiguous.
+//!   segments are deleted.
 //! - Producer state: the latest snapshot plus replay of batch headers after it.
 //! - Leader epochs: the `(epoch, first offset)` changes seen in the scanned part of the
 //!   active segment are returned, so the caller can repair a checkpoint that lags the log;
@@ -45,6 +53,20 @@ pub(crate) struct Recovered {
     pub epoch_scan_from: i64,
     /// `(leader epoch, base offset)` at each change of epoch in that region, in log order.
     pub scanned_epochs: Vec<(i32, i64)>,
+    /// Offsets below this may be missing (see the module docs).
+    pub gaps_below: i64,
+}
+
+/// Reads the gap bound: none (no file) means the log has no gaps; an unreadable file means
+/// any gap is accepted, so a damaged state file never costs cleaned data.
+pub(crate) async fn read_gaps_below(dir: &Path) -> i64 {
+    match state_file::read_offset_file(dir, state_file::GAPS_BELOW_FILE).await {
+        Ok(found) => found.unwrap_or(0),
+        Err(e) => {
+            tracing::warn!(error = %e, dir = %dir.display(), "offset gap bound unreadable; accepting every offset gap");
+            i64::MAX
+        }
+    }
 }
 
 /// Finishes an interrupted `truncate_fully_and_start_at`: removes every segment and the
@@ -72,6 +94,7 @@ pub(crate) async fn finish_truncate_fully(dir: &Path, offset: i64) -> Result<(),
     }
     remove_if_exists(&dir.join(PRODUCER_SNAPSHOT_FILE)).await?;
     remove_if_exists(&dir.join(epoch_checkpoint::EPOCH_CHECKPOINT_FILE)).await?;
+    remove_if_exists(&dir.join(state_file::GAPS_BELOW_FILE)).await?;
     state_file::write_log_start(dir, offset).await?;
     state_file::write_offset_file(dir, state_file::HW_CHECKPOINT_FILE, offset).await?;
     remove_if_exists(&dir.join(state_file::TRUNCATE_FULLY_INTENT_FILE)).await?;
@@ -83,6 +106,7 @@ pub(crate) async fn finish_truncate_fully(dir: &Path, offset: i64) -> Result<(),
 pub(crate) async fn scan_epochs(
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
+    gaps_below: i64,
     fs: &dyn FileSystem,
 ) -> Result<EpochCache, Error> {
     let mut cache = EpochCache::default();
@@ -106,6 +130,7 @@ pub(crate) async fn scan_epochs(
             seg.size,
             seg.base_offset,
             seg.base_offset,
+            gaps_below,
             |h, _| note_epoch(&mut changes, h),
         )
         .await?;
@@ -158,6 +183,41 @@ pub(crate) async fn write_indexes(
     .await
 }
 
+/// Finishes a log cleaner swap interrupted by a crash. `<base>.log.swap` is only ever
+/// renamed from a fully written, fsynced `.cleaned` file, so it is complete: the segments it
+/// replaces (those starting inside its offset range) go, and it becomes `<base>.log`; its
+/// index files are rebuilt on first use. Idempotent, so a crash in here is finished by the
+/// next recovery.
+async fn finish_swap(dir: &Path, name: &str, bases: &mut Vec<i64>) -> Result<(), Error> {
+    let Some(base) = parse_segment_name(name) else {
+        return Ok(());
+    };
+    let swap_path = dir.join(format!("{name}.swap"));
+    let data = std::fs::read(&swap_path).map_err(|e| Error::io(&swap_path, "read", e))?;
+    let mut end = base;
+    for item in BatchIter::new(&data) {
+        match item {
+            Ok((_, h)) => end = end.max(h.last_offset() + 1),
+            Err(_) => break,
+        }
+    }
+    tracing::warn!(path = %swap_path.display(), end, "finishing an interrupted cleaner swap");
+    let replaced: Vec<i64> = bases
+        .iter()
+        .copied()
+        .filter(|&b| b == base || (b > base && b < end))
+        .collect();
+    for b in &replaced {
+        remove_segment_files(dir, *b).await?;
+    }
+    bases.retain(|b| !replaced.contains(b));
+    let log_path = segment_path(dir, base, "log");
+    std::fs::rename(&swap_path, &log_path).map_err(|e| Error::io(&log_path, "rename", e))?;
+    state_file::sync_dir(dir).await?;
+    bases.push(base);
+    Ok(())
+}
+
 pub(crate) async fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
     for ext in ["log", "index", "timeindex"] {
         remove_if_exists(&segment_path(dir, base_offset, ext)).await?;
@@ -166,8 +226,10 @@ pub(crate) async fn remove_segment_files(dir: &Path, base_offset: i64) -> Result
 }
 
 /// Scans batches from `pos` to at most `file_len`, calling `on_batch` for each valid one
-/// whose base offset continues the sequence from `expected_base`. Returns the end of the
-/// valid prefix. Reads are bounded by `READ_CHUNK_BYTES_MAX` (or one batch, if larger).
+/// whose base offset continues the sequence from `expected_base`: exactly, or past a gap
+/// that ends at or below `gaps_below`. Returns the end of the valid prefix. Reads are
+/// bounded by `READ_CHUNK_BYTES_MAX` (or one batch, if larger).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn scan_valid(
     file: &dyn SegmentFile,
     path: &Path,
@@ -175,6 +237,7 @@ pub(crate) async fn scan_valid(
     file_len: u64,
     segment_base: i64,
     mut expected_base: i64,
+    gaps_below: i64,
     mut on_batch: impl FnMut(&BatchHeader, u64),
 ) -> Result<u64, Error> {
     let mut len = READ_CHUNK_BYTES_MAX;
@@ -194,7 +257,9 @@ pub(crate) async fn scan_valid(
                     // Beyond what one segment may hold (relative offsets and positions are
                     // 4 bytes in the index): as invalid as a broken CRC.
                     let end_pos = pos + (at + h.total_len()) as u64;
-                    if h.base_offset != expected_base
+                    // Offsets increase; they may skip some (whole batches the log cleaner
+                    // removed) only below the gap bound.
+                    if !offset_follows(expected_base, h.base_offset, gaps_below)
                         || h.last_offset() - segment_base > i32::MAX as i64
                         || end_pos > u32::MAX as u64
                     {
@@ -237,6 +302,12 @@ pub(crate) async fn scan_valid(
     Ok(pos)
 }
 
+/// Whether a batch at `base_offset` may follow one that ended just below `expected`: right
+/// after it, or past a gap the bound allows (every skipped offset is below `gaps_below`).
+pub(crate) fn offset_follows(expected: i64, base_offset: i64, gaps_below: i64) -> bool {
+    base_offset == expected || (base_offset > expected && base_offset <= gaps_below)
+}
+
 /// Cheap startup check of a closed segment's index files: both present with whole entries,
 /// and the time index's last entry sane. `Some(last time index entry)` if usable.
 async fn closed_index_summary(dir: &Path, base: i64, max_rel: u64) -> Option<Option<(i64, u32)>> {
@@ -266,7 +337,9 @@ async fn closed_index_summary(dir: &Path, base: i64, max_rel: u64) -> Option<Opt
 }
 
 /// Rebuilds a closed segment's indexes by scanning it, and persists them. `None` if the
-/// segment does not hold valid batches all the way to `next_base`.
+/// segment does not hold valid batches all the way to `next_base` (or to a gap before it
+/// that the bound allows: the cleaner removed its last batches).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn rebuild_closed_indexes(
     dir: &Path,
     file: &dyn SegmentFile,
@@ -274,16 +347,18 @@ pub(crate) async fn rebuild_closed_indexes(
     base: i64,
     file_len: u64,
     next_base: i64,
+    gaps_below: i64,
     config: &LogConfig,
 ) -> Result<Option<Segment>, Error> {
     let mut seg = Segment::new(dir, base);
-    let valid_end = scan_valid(file, path, 0, file_len, base, base, |h, pos| {
+    let valid_end = scan_valid(file, path, 0, file_len, base, base, gaps_below, |h, pos| {
         seg.index_batch(h, pos, config.index_interval_bytes)
     })
     .await?;
-    if seg.next_offset != next_base {
+    if seg.next_offset > next_base || !offset_follows(seg.next_offset, next_base, gaps_below) {
         return Ok(None);
     }
+    seg.next_offset = next_base;
     seg.size = valid_end;
     if seg.offset_of_max_timestamp >= base {
         let rel = seg.relative(seg.offset_of_max_timestamp);
@@ -333,18 +408,27 @@ pub(crate) async fn recover(
         finish_truncate_fully(dir, offset).await?;
     }
     let mut bases = Vec::new();
+    let mut swaps = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read dir", e))?;
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, "read dir", e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.ends_with(".tmp") {
-            // An atomic write that never got renamed: the old file (if any) is the truth.
+        if name.ends_with(".tmp") || name.ends_with(".log.cleaned") {
+            // An atomic write that never got renamed, or a cleaned segment never swapped in:
+            // the old file (if any) is the truth.
             remove_if_exists(&entry.path()).await?;
+        } else if let Some(swap) = name.strip_suffix(".swap") {
+            swaps.push(swap.to_string());
         } else if let Some(base) = parse_segment_name(name) {
             bases.push(base);
         }
     }
+    for swap in swaps {
+        finish_swap(dir, &swap, &mut bases).await?;
+    }
+    // Read after the swaps: a `.swap` exists only once the bound covering it was persisted.
+    let gaps_below = read_gaps_below(dir).await;
     bases.sort_unstable();
 
     let persisted_start = match state_file::read_log_start(dir).await {
@@ -399,9 +483,11 @@ pub(crate) async fn recover(
                     .open_segment(&path, false)
                     .await
                     .map_err(|e| Error::io(&path, "open", e))?;
-                match rebuild_closed_indexes(dir, &*file, &path, base, file_len, next_base, config)
-                    .await?
-                {
+                let rebuilt = rebuild_closed_indexes(
+                    dir, &*file, &path, base, file_len, next_base, gaps_below, config,
+                )
+                .await?;
+                match rebuilt {
                     Some(rebuilt) => seg = rebuilt,
                     None => {
                         tracing::error!(path = %path.display(), "closed segment invalid; truncating the log here");
@@ -472,8 +558,15 @@ pub(crate) async fn recover(
             seg.size = start.0;
             epoch_scan_from = start.1;
             scanned_epochs.clear();
-            let valid_end =
-                scan_valid(&*file, &path, start.0, file_len, base, start.1, |h, pos| {
+            let valid_end = scan_valid(
+                &*file,
+                &path,
+                start.0,
+                file_len,
+                base,
+                start.1,
+                gaps_below,
+                |h, pos| {
                     note_epoch(&mut scanned_epochs, h);
                     seg.index_batch(h, pos, config.index_interval_bytes);
                     if h.base_offset >= replay_from && !h.is_control() {
@@ -485,8 +578,9 @@ pub(crate) async fn recover(
                         };
                         producers.record(&id, h.base_offset, h.last_offset());
                     }
-                })
-                .await?;
+                },
+            )
+            .await?;
             // A snapshot claiming more than the log holds (the tail was cut): replay from 0.
             if replay_from > seg.next_offset && attempt == 1 {
                 continue;
@@ -572,5 +666,6 @@ pub(crate) async fn recover(
         producers,
         epoch_scan_from: epoch_scan_from.min(next_offset),
         scanned_epochs,
+        gaps_below,
     })
 }

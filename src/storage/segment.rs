@@ -166,10 +166,9 @@ impl Segment {
         index_interval_bytes: u32,
         now_ms: i64,
     ) {
-        assert!(
-            h.base_offset == self.next_offset,
-            "offsets must be contiguous"
-        );
+        // Offsets increase; a follower's may skip those its leader's cleaner removed (the
+        // partition checked the gap bound).
+        assert!(h.base_offset >= self.next_offset, "offsets must increase");
         let position = self.size;
         self.index_batch(h, position, index_interval_bytes);
         self.size += bytes.len() as u64;

@@ -192,6 +192,10 @@ pub(crate) struct OffsetState {
 pub(crate) const HW_CHECKPOINT_FILE: &str = "hw-checkpoint";
 /// Present only while `truncate_fully_and_start_at` runs: recovery finishes the job.
 pub(crate) const TRUNCATE_FULLY_INTENT_FILE: &str = "truncate-fully.intent";
+/// The offset below which the log may skip offsets (`Partition::gaps_below`): raised before
+/// the cleaner swaps a cleaned segment in and before a follower appends a batch past a gap,
+/// lowered by truncation. Recovery treats a gap at or above it as damage.
+pub(crate) const GAPS_BELOW_FILE: &str = "offset-gaps-below";
 
 pub(crate) async fn write_offset_file(dir: &Path, name: &str, offset: i64) -> Result<(), Error> {
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&OffsetState { offset })

@@ -1772,3 +1772,175 @@ fn decompression_bombs_are_refused_at_append() {
         p.close().await.unwrap();
     });
 }
+
+// ---- compaction: offset gaps ----
+
+/// Never waits: the tests clean at full speed.
+struct Unthrottled;
+
+impl CleanerThrottle for Unthrottled {
+    fn charge(&mut self, _bytes: u64) -> futures::future::LocalBoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// `batches` batches of 3 keyed records: even batches overwrite the same 3 keys, odd ones
+/// write keys of their own, so cleaning removes every other batch (gaps all along the log).
+async fn fill_keyed(p: &Partition, batches: i64) {
+    use crate::protocol::produce_batch::{encode_batch, ProduceRecord};
+    for i in 0..batches {
+        let key = |j: i64| match i % 2 {
+            0 => format!("hot-{j}"),
+            _ => format!("cold-{i}-{j}"),
+        };
+        let records = (0..3).map(|j| ProduceRecord {
+            key: Some(Bytes::from(key(j))),
+            value: Some(Bytes::from(vec![b'v'; 100])),
+            headers: Vec::new(),
+            timestamp_ms: 1_000 + i,
+        });
+        let b = encode_batch(records, kafka_protocol::records::Compression::None).unwrap();
+        p.append(BytesMut::from(&b[..]), 0).unwrap();
+    }
+    p.wait_durable(p.log_end_offset() - 1).await.unwrap();
+}
+
+/// Where the valid batches of a segment file end.
+fn valid_len(path: &Path) -> usize {
+    let bytes = std::fs::read(path).unwrap();
+    BatchIter::new(&bytes)
+        .map_while(Result::ok)
+        .last()
+        .map_or(0, |(at, h)| at + h.total_len())
+}
+
+/// Proves offset gaps are accepted exactly where cleaning made them: a cleaned log keeps
+/// its gaps across restarts (the bound is persisted before the swap) and serves the same
+/// batches; a stale valid batch past the bound is still cut as damage; a follower copying
+/// the cleaned log refuses its gaps until `prepare_replica_append` raised the follower's own
+/// bound, then stores the leader's batches unchanged and keeps them across a restart; and
+/// a truncation lowers the bound so nothing past the cut can come back.
+#[test]
+fn cleaned_log_gaps_survive_restart_and_replicate() {
+    run(|| async {
+        let (ldir, fdir) = (test_dir(), test_dir());
+        let config = LogConfig {
+            cleanup_policy: CleanupPolicy {
+                delete: false,
+                compact: true,
+            },
+            ..small_config()
+        };
+        let leader = Partition::open(ldir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        fill_keyed(&leader, 40).await;
+        let leo = leader.log_end_offset();
+        let written = read_all(&leader, 0, leo).await;
+        assert_eq!(leader.gaps_below(), 0);
+
+        let mut map = cleaner::OffsetMap::new(1 << 20);
+        let report = leader
+            .clean(&mut map, 1 << 40, &mut Unthrottled)
+            .await
+            .unwrap()
+            .expect("a dirty closed section to clean");
+        assert!(report.stats.records_kept < report.stats.records_read);
+        assert!(leader.gaps_below() >= report.end_offset);
+        let cleaned = read_all(&leader, 0, leo).await;
+        let bases: Vec<i64> = headers(&cleaned).iter().map(|h| h.base_offset).collect();
+        assert!(cleaned.len() < written.len(), "batches were removed");
+        assert!(bases.windows(2).all(|w| w[0] < w[1]), "{bases:?}");
+        assert!(
+            bases.first() > Some(&0),
+            "the log now starts with a gap: {bases:?}"
+        );
+        // Every surviving batch lies inside a batch written (offsets never change).
+        let spans: Vec<(i64, i64)> = headers(&written)
+            .iter()
+            .map(|h| (h.base_offset, h.last_offset()))
+            .collect();
+        for h in headers(&cleaned) {
+            assert!(spans
+                .iter()
+                .any(|&(b, l)| b <= h.base_offset && h.last_offset() <= l));
+        }
+        leader.close().await.unwrap();
+
+        // Restart: the gaps are accepted, the same batches served. A valid batch far past
+        // the log end, behind the active segment's last batch, is still damage.
+        let active = std::fs::read_dir(ldir.path())
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str().map(str::to_string))
+            .filter_map(|n| n.strip_suffix(".log").and_then(|s| s.parse::<i64>().ok()))
+            .max()
+            .unwrap();
+        let path = log_file(ldir.path(), active);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.truncate(valid_len(&path));
+        let mut stale = plain(1, 1, 100);
+        patch_base_offset(&mut stale, leo + 1_000);
+        bytes.extend_from_slice(&stale);
+        std::fs::write(&path, &bytes).unwrap();
+        let leader = Partition::open(ldir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        assert_eq!(leader.log_end_offset(), leo);
+        assert_eq!(read_all(&leader, 0, leo + 2_000).await, cleaned);
+
+        // A follower copying the cleaned log.
+        let follower = Partition::open_replicated(fdir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        let all = joined(&cleaned);
+        assert!(matches!(
+            follower.append_replica(all.clone(), 0, 0),
+            Err(ReplicaAppendError::OffsetMismatch { .. })
+        ));
+        assert_eq!(follower.log_end_offset(), 0, "nothing appended");
+        follower.prepare_replica_append(&all).await.unwrap();
+        let out = follower.append_replica(all.clone(), 0, 0).unwrap();
+        assert_eq!(out.last_offset, leo - 1);
+        follower.wait_durable(leo - 1).await.unwrap();
+        follower.set_hw(leo);
+        assert_eq!(read_all(&follower, 0, leo).await, cleaned);
+        follower.close().await.unwrap();
+        let follower = Partition::open_replicated(fdir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        assert_eq!(follower.log_end_offset(), leo);
+        follower.set_hw(leo);
+        assert_eq!(read_all(&follower, 0, leo).await, cleaned);
+
+        // A truncation into the gapped part lowers the bound to the new end; the log ends at
+        // the last batch kept and grows again from there.
+        let hs = headers(&cleaned);
+        let (cut, end_before) = hs
+            .windows(2)
+            .rev()
+            .find(|w| w[1].base_offset > w[0].last_offset() + 1)
+            .map(|w| (w[1].base_offset, w[0].last_offset() + 1))
+            .expect("a gap between two batches");
+        assert!(follower.gaps_below() >= cut);
+        let new_end = follower.truncate_to(cut).await.unwrap();
+        assert_eq!(
+            new_end, end_before,
+            "the log ends after the last batch kept"
+        );
+        assert_eq!(follower.gaps_below(), new_end);
+        follower.close().await.unwrap();
+        let follower = Partition::open_replicated(fdir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        assert_eq!(follower.log_end_offset(), new_end);
+        follower.set_hw(new_end);
+        let kept: Vec<Bytes> = cleaned
+            .iter()
+            .filter(|c| BatchHeader::parse(c).unwrap().last_offset() < new_end)
+            .cloned()
+            .collect();
+        assert_eq!(read_all(&follower, 0, new_end).await, kept);
+        leader.close().await.unwrap();
+        follower.close().await.unwrap();
+    });
+}

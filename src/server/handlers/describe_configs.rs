@@ -26,6 +26,7 @@ const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
 const TYPE_BOOLEAN: i8 = 1;
+const TYPE_DOUBLE: i8 = 6;
 
 fn config_type(key: &str) -> i8 {
     match key {
@@ -40,6 +41,7 @@ fn config_type(key: &str) -> i8 {
         | "listeners"
         | "log.dirs" => TYPE_STRING,
         "auto.create.topics.enable" => TYPE_BOOLEAN,
+        "min.cleanable.dirty.ratio" | "log.cleaner.min.cleanable.ratio" => TYPE_DOUBLE,
         k if k.ends_with(".ms")
             || k.ends_with("retention.bytes")
             || k == "segment.bytes"

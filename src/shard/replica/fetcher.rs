@@ -478,6 +478,11 @@ pub(super) async fn send_fetch(
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
         let mut last_offset = -1;
         if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset {
+            // Batches past an offset gap (the leader's log was cleaned) are accepted once the
+            // gap bound covering them is durable.
+            if let Err(e) = p.prepare_replica_append(&records).await {
+                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");
+            }
             // A refusal (a batch the leader could not have written, a gap) is logged and the
             // fetch retried like a timeout; nothing of it is appended.
             match p.append_replica(records, w.leader_epoch, ctx.shared.clock.wall_ms()) {

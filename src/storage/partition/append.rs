@@ -17,6 +17,7 @@ use crate::protocol::record_batch::{
 };
 use crate::storage::budget::{Charge, MemoryClass};
 use crate::storage::producer_state::{BatchIdentity, SequenceError, Verdict};
+use crate::storage::recovery::offset_follows;
 use crate::storage::segment::Segment;
 use crate::storage::tail_cache::CachedBatch;
 use crate::storage::{
@@ -270,7 +271,8 @@ impl Partition {
     /// Appends batches fetched from the leader, unchanged (offsets, leader epochs, producer
     /// fields and timestamps are the leader's). Each whole batch is validated (length,
     /// magic, CRC); the first must start at the log end and each next one right after the
-    /// previous, or nothing is appended. A trailing partial batch (a Fetch response cut at
+    /// previous (or past a gap below the gap bound: see `prepare_replica_append`), or
+    /// nothing is appended. A trailing partial batch (a Fetch response cut at
     /// its size limit) is ignored. Producer state and the leader-epoch cache are updated
     /// from the batches, as recovery does, so this replica dedups correctly if it becomes
     /// leader. Not durable on return: `wait_durable(last_offset)` as for `append`.
@@ -320,7 +322,9 @@ impl Partition {
                     leader_epoch,
                 });
             }
-            if h.base_offset != expected {
+            // Offsets increase; they skip some only where the leader's cleaner removed
+            // batches, and `prepare_replica_append` raised the gap bound over those first.
+            if !offset_follows(expected, h.base_offset, inner.gaps_below) {
                 return Err(ReplicaAppendError::OffsetMismatch {
                     expected,
                     got: h.base_offset,
@@ -343,8 +347,8 @@ impl Partition {
         let count = parsed.len();
         for (h, bytes) in parsed {
             assert!(
-                h.base_offset == inner.next_offset && h.last_offset() >= h.base_offset,
-                "replica offsets must continue the log"
+                h.base_offset >= inner.next_offset && h.last_offset() >= h.base_offset,
+                "replica offsets must increase"
             );
             if inner.should_roll(bytes.len(), h.last_offset(), now_ms) {
                 inner.roll(&self.dir);

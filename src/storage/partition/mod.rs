@@ -5,6 +5,8 @@
 //! - `flush.rs`: the flusher task (all segment I/O, group commit, index and snapshot writes);
 //! - `read.rs`: Fetch reads, long-poll waits, ListOffsets by timestamp, lazy segment loading;
 //! - `truncate.rs`: truncation for replication (`truncate_to`, `truncate_fully_and_start_at`);
+//! - `clean.rs`: one log cleaner pass (compacted topics) and its crash-safe swap;
+//! - `gaps.rs`: the bound below which offsets may be missing (cleaned batches);
 //! - `retention.rs`: DeleteRecords and retention, which move the log start forward.
 //!
 //! Shape: `append` is synchronous — it checks producer state, assigns offsets by patching
@@ -41,7 +43,9 @@
 //! layer (`HwMode::Replicated`), and then persisted lazily to `hw-checkpoint`.
 
 mod append;
+mod clean;
 mod flush;
+mod gaps;
 mod read;
 mod retention;
 mod truncate;
@@ -68,6 +72,7 @@ use super::{Error, FlushPolicy, LogConfig};
 use crate::limits::PARTITION_RESIDENT_BYTES;
 use crate::replication::epoch_cache::EpochCache;
 
+pub use clean::{CleanReport, CleanerThrottle};
 pub use read::TimestampOffset;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +146,10 @@ struct Inner {
     /// Bumped when a truncation starts and when it ends: a read that saw it change may
     /// hold cut batches and is redone.
     log_generation: u64,
+    /// Offsets below this may be missing from the log (the cleaner removed their batches, or
+    /// a follower copied a cleaned log); persisted in `offset-gaps-below` before any gap is
+    /// written. See `recovery`.
+    gaps_below: i64,
 }
 
 pub struct Partition {
@@ -170,6 +179,10 @@ pub struct Partition {
     /// The data directory's free space: appends and preallocations lower its estimate, and
     /// preallocation never eats into the reserve.
     disk: RefCell<Option<Arc<DiskSpace>>>,
+    /// Where the cleaner's last pass ended (the first dirty offset); `None` before the first
+    /// pass. Persisted in `cleaner-offset-checkpoint`, read on first use.
+    cleaner_checkpoint: Cell<Option<i64>>,
+    cleaner_checkpoint_loaded: Cell<bool>,
 }
 
 impl Evictable for Partition {
@@ -280,7 +293,10 @@ impl Partition {
                 let changed = &c != checkpoint;
                 (c, changed)
             }
-            None => (scan_epochs(&dir, &rec.segments, &*fs).await?, true),
+            None => (
+                scan_epochs(&dir, &rec.segments, rec.gaps_below, &*fs).await?,
+                true,
+            ),
         };
         if epochs_changed {
             epoch_checkpoint::write(&dir, &epoch_cache).await?;
@@ -329,6 +345,7 @@ impl Partition {
             epoch_persisted: 0,
             truncating: false,
             log_generation: 0,
+            gaps_below: rec.gaps_below,
         };
         inner.recompute_max_timestamp();
         let p = Rc::new(Partition {
@@ -347,6 +364,8 @@ impl Partition {
             budget: RefCell::new(MemoryBudget::unlimited()),
             resident: RefCell::new(None),
             disk: RefCell::new(None),
+            cleaner_checkpoint: Cell::new(None),
+            cleaner_checkpoint_loaded: Cell::new(false),
         });
         let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
         *p.flusher.borrow_mut() = Some(task);

@@ -103,14 +103,32 @@ impl Partition {
         }
     }
 
+    /// Reads from the segment holding `offset`; when that segment has nothing at or past it
+    /// (the log cleaner removed its last batches), goes on with the next segment, as a
+    /// compacted log's offsets have gaps.
     async fn read_once(
+        &self,
+        mut offset: i64,
+        max_bytes: usize,
+        upper: Option<i64>,
+    ) -> Result<ReadOutcome, Error> {
+        loop {
+            let (out, next_segment) = self.read_segment(offset, max_bytes, upper).await?;
+            match next_segment {
+                Some(next) if out.chunks.is_empty() && next > offset => offset = next,
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn read_segment(
         &self,
         offset: i64,
         max_bytes: usize,
         upper: Option<i64>,
-    ) -> Result<ReadOutcome, Error> {
+    ) -> Result<(ReadOutcome, Option<i64>), Error> {
         let mut load = None;
-        let (file, path, mut pos, end, hw, log_start, interval) = loop {
+        let (file, path, mut pos, end, hw, log_start, interval, segment_next) = loop {
             if let Some(base) = load.take() {
                 self.ensure_segment_ready(base).await?;
             }
@@ -133,7 +151,7 @@ impl Partition {
                 log_start_offset: log_start,
             };
             if offset >= bound {
-                return Ok(out);
+                return Ok((out, None));
             }
             if inner
                 .cache
@@ -141,7 +159,7 @@ impl Partition {
                 .is_some_and(|first| first <= offset)
             {
                 out.chunks = inner.cache.read(offset, max_bytes, bound);
-                return Ok(out);
+                return Ok((out, None));
             }
             let Some((_, seg)) = inner.segments.range(..=offset).next_back() else {
                 return Err(Error::OffsetOutOfRange {
@@ -165,6 +183,7 @@ impl Partition {
                 (hw, bound),
                 log_start,
                 inner.config.index_interval_bytes,
+                (seg.next_offset < bound).then_some(seg.next_offset),
             );
         };
         let (hw, bound) = hw;
@@ -195,11 +214,12 @@ impl Partition {
             }
             pos = next;
         }
-        Ok(ReadOutcome {
+        let out = ReadOutcome {
             chunks,
             high_watermark: hw,
             log_start_offset: log_start,
-        })
+        };
+        Ok((out, segment_next))
     }
 
     /// Resolves when the high watermark passes `offset` (returns it), or at `deadline`, or
@@ -382,6 +402,7 @@ impl Partition {
                     base,
                     size,
                     next_offset,
+                    self.gaps_below(),
                     &config,
                 )
                 .await?;

@@ -97,7 +97,13 @@ impl Partition {
                     deletable: s.complete,
                 })
                 .collect();
-            let n = segments_to_delete(&summaries, &inner.config, now_ms);
+            // Retention by time and size is the `delete` policy; a compact-only log keeps
+            // every segment (the cleaner shrinks them instead).
+            let n = if inner.config.cleanup_policy.delete {
+                segments_to_delete(&summaries, &inner.config, now_ms)
+            } else {
+                0
+            };
             let Some(&new_start) = inner.segments.keys().nth(n) else {
                 return Ok(());
             };

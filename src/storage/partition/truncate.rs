@@ -55,6 +55,7 @@ impl Inner {
         self.durable_offset = rec.next_offset;
         self.written_offset = rec.next_offset;
         self.producers = rec.producers;
+        self.gaps_below = rec.gaps_below;
         self.cache.clear();
         self.high_watermark = self
             .high_watermark
@@ -181,13 +182,20 @@ impl Partition {
         let affected: HashSet<i64> = producers.remove_at_or_after(offset).into_iter().collect();
         let mut replayed = ProducerStateTable::default();
         let mut cut = None;
-        scan_valid(&*file, &path, 0, size, base, base, |h, pos| {
+        // Where the kept part of the segment ends: the cut batch's base offset, or below it
+        // when the cleaner removed the batches in between.
+        let mut kept_end = base;
+        let gaps_below = self.gaps_below();
+        scan_valid(&*file, &path, 0, size, base, base, gaps_below, |h, pos| {
             if cut.is_some() {
                 return;
             }
             if h.last_offset() >= offset {
-                cut = Some((h.base_offset, pos));
-            } else if !h.is_control() && affected.contains(&h.producer_id) {
+                cut = Some((kept_end, pos));
+                return;
+            }
+            kept_end = h.last_offset() + 1;
+            if !h.is_control() && affected.contains(&h.producer_id) {
                 let id = BatchIdentity {
                     producer_id: h.producer_id,
                     epoch: h.producer_epoch,
@@ -198,6 +206,8 @@ impl Partition {
             }
         })
         .await?;
+        // `offset` in a gap after this segment's last batch (cleaned away): cut after it.
+        let cut = cut.or((!later.is_empty()).then_some((kept_end, size)));
         let Some((new_end, cut_pos)) = cut else {
             return Err(Error::corruption(
                 &path,
@@ -205,6 +215,11 @@ impl Partition {
                 "no valid batch at the truncation offset",
             ));
         };
+        // 0. No gap may follow the new end: lower the bound first, so later segments a crash
+        //    leaves behind are seen past a gap and removed by recovery.
+        if gaps_below > new_end {
+            self.set_gaps_below_locked(new_end).await?;
+        }
         // 1. The cut segment's index files describe bytes about to go: remove them (durably)
         //    first, so recovery scans the segment and sees where it really ends.
         remove_if_exists(&segment_path(&self.dir, base, "index")).await?;

@@ -1,0 +1,124 @@
+//! The shard's log cleaner: a background task on the shard's own executor, in a task queue
+//! of low shares so produce and fetch on the same shard go first, cleaning one compacted log
+//! at a time — the dirtiest by `min.cleanable.dirty.ratio` (or one past
+//! `max.compaction.lag.ms`) — and sleeping `log.cleaner.backoff.ms` when none needs it.
+//!
+//! Bounds: one key -> offset map per shard, `log.cleaner.dedupe.buffer.size` split over the
+//! shards; reads plus writes paced to `log.cleaner.io.max.bytes.per.second` per shard.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::ShardCtx;
+use crate::storage::cleaner::{choose_dirtiest, OffsetMap};
+use crate::storage::CleanerThrottle;
+
+/// Shares of the cleaner's task queue (the default queue has 1000): under contention the
+/// cleaner gets about 1% of the shard's CPU, and all of it when the shard is idle.
+const CLEANER_TASK_QUEUE_SHARES: usize = 10;
+
+/// Paces bytes to a rate over a sliding second.
+struct RateThrottle {
+    bytes_per_second: u64,
+    window_start: Instant,
+    window_bytes: u64,
+}
+
+impl RateThrottle {
+    fn new(bytes_per_second: u64) -> Self {
+        Self {
+            bytes_per_second,
+            window_start: Instant::now(),
+            window_bytes: 0,
+        }
+    }
+}
+
+impl CleanerThrottle for RateThrottle {
+    fn charge(&mut self, bytes: u64) -> futures::future::LocalBoxFuture<'_, ()> {
+        Box::pin(async move {
+            if self.bytes_per_second == 0 {
+                return;
+            }
+            self.window_bytes += bytes;
+            let elapsed = self.window_start.elapsed();
+            // The time these bytes should have taken at the rate; sleep off the difference.
+            let due =
+                Duration::from_secs_f64(self.window_bytes as f64 / self.bytes_per_second as f64);
+            if due > elapsed {
+                glommio::timer::sleep(due - elapsed).await;
+            }
+            if self.window_start.elapsed() >= Duration::from_secs(1) {
+                self.window_start = Instant::now();
+                self.window_bytes = 0;
+            }
+        })
+    }
+}
+
+/// Starts the cleaner task on the current shard (nothing when the cleaner is disabled).
+pub fn spawn(ctx: Rc<ShardCtx>) -> Option<glommio::task::JoinHandle<()>> {
+    if !ctx.shared.config.log_cleaner_enable {
+        return None;
+    }
+    let queue = glommio::executor().create_task_queue(
+        glommio::Shares::Static(CLEANER_TASK_QUEUE_SHARES),
+        glommio::Latency::NotImportant,
+        "log-cleaner",
+    );
+    glommio::spawn_local_into(cleaner_loop(ctx), queue)
+        .map_err(|e| warn!("cannot start the log cleaner: {e}"))
+        .ok()
+        .map(|t| t.detach())
+}
+
+async fn cleaner_loop(ctx: Rc<ShardCtx>) {
+    let config = &ctx.shared.config;
+    let share = config.log_cleaner_dedupe_buffer_size / ctx.shared.nr_shards.max(1) as u64;
+    let mut map = OffsetMap::new(usize::try_from(share).unwrap_or(usize::MAX));
+    let mut throttle = RateThrottle::new(config.log_cleaner_io_max_bytes_per_second);
+    let backoff = Duration::from_millis(config.log_cleaner_backoff_ms.max(10));
+    loop {
+        if ctx.shutting_down.get() {
+            return;
+        }
+        let now_ms = ctx.shared.clock.wall_ms();
+        let mut candidates = Vec::new();
+        for (topic, i, p) in ctx.all_partitions() {
+            if p.cleanable(now_ms).is_none() {
+                continue;
+            }
+            p.load_cleaner_checkpoint().await;
+            if let Some((c, ratio)) = p.cleanable(now_ms) {
+                candidates.push(((topic, i, p), c, ratio));
+            }
+        }
+        let Some(((topic, i, p), plan)) = choose_dirtiest(candidates) else {
+            glommio::timer::sleep(backoff).await;
+            continue;
+        };
+        let started = Instant::now();
+        match p.clean(&mut map, now_ms, &mut throttle).await {
+            Ok(Some(report)) => info!(
+                topic = %topic,
+                partition = i,
+                dirty_ratio = plan.dirty_ratio(),
+                end_offset = report.end_offset,
+                segments = report.segments_cleaned,
+                records_read = report.stats.records_read,
+                records_kept = report.stats.records_kept,
+                bytes_read = report.stats.bytes_read,
+                bytes_written = report.stats.bytes_written,
+                ms = started.elapsed().as_millis() as u64,
+                "log cleaned"
+            ),
+            Ok(None) => glommio::timer::sleep(backoff).await,
+            Err(e) => {
+                warn!("log cleaner on {topic}-{i}: {e}");
+                glommio::timer::sleep(backoff).await;
+            }
+        }
+    }
+}

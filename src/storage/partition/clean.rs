@@ -1,0 +1,422 @@
+//! One cleaner pass over this partition's log (the rules are the pure `storage::cleaner`):
+//! map the dirty section's keys, rewrite the closed segments below the mapped end into
+//! `<base>.log.cleaned` beside them, and swap them in.
+//!
+//! Crash safety (Kafka's scheme): the cleaned file is written and fsynced under
+//! `.log.cleaned`, the offset-gap bound raised over it (`gaps.rs`), the file renamed to
+//! `.log.swap` (the directory fsynced), then the replaced
+//! segments' files are removed and the `.swap` renamed to `.log`. Recovery deletes any
+//! `.cleaned` (the old segments are intact) and finishes any `.swap` (it is complete; the
+//! segments it replaces are removed), so a crash at any moment leaves the old segments or
+//! the new one, never a mix. Offsets never change, so readers holding the old file keep
+//! reading it (it stays open after the unlink) and see the same records or more.
+//!
+//! The pass never touches the active segment, and gives up (nothing swapped) when a
+//! truncation, retention or DeleteRecords changed the segments it read meanwhile.
+
+use std::rc::Rc;
+
+use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
+use crate::protocol::record_batch::BatchHeader;
+use crate::storage::cleaner::{
+    cleanable, filter_batch, group_segments, map_batch, Cleanable, FilterContext, FilterStats,
+    Filtered, LogSummary, Mapped, OffsetMap, SegmentSummary,
+};
+use crate::storage::file_io::SegmentFile;
+use crate::storage::recovery::{remove_segment_files, write_indexes};
+use crate::storage::segment::{read_batches, segment_path, Segment};
+use crate::storage::state_file;
+use crate::storage::{Error, READ_CHUNK_BYTES_MAX};
+
+use super::Partition;
+
+/// Output the cleaner holds before writing it to the `.cleaned` file (aligned pieces).
+pub(crate) const CLEANER_WRITE_CHUNK_BYTES: usize = 8 << 20;
+
+/// The cleaner's checkpoint: where the last pass ended (the first dirty offset).
+pub(crate) const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+
+/// Paces the cleaner's reads and writes (log.cleaner.io.max.bytes.per.second).
+pub trait CleanerThrottle {
+    /// Called after `bytes` were read or written; returns once the rate allows more.
+    fn charge(&mut self, bytes: u64) -> futures::future::LocalBoxFuture<'_, ()>;
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanReport {
+    pub segments_cleaned: usize,
+    pub end_offset: i64,
+    pub stats: FilterStats,
+}
+
+/// A closed segment as the pass saw it.
+#[derive(Clone)]
+struct Closed {
+    summary: SegmentSummary,
+    file: Rc<dyn SegmentFile>,
+}
+
+impl Partition {
+    /// The cleaner's view of this log: `None` unless it is compacted. Closed segments are
+    /// those complete (durable, indexed); the first incomplete one and all after it count as
+    /// active.
+    pub fn cleanable(&self, now_ms: i64) -> Option<(Cleanable, f64)> {
+        let inner = self.inner.borrow();
+        if !inner.config.cleanup_policy.compact || inner.closed || inner.closing {
+            return None;
+        }
+        let summaries = Self::summaries(&inner.segments);
+        let log = LogSummary {
+            log_start_offset: inner.log_start,
+            log_end_offset: inner.next_offset,
+            high_watermark: inner.high_watermark,
+            checkpoint: self.cleaner_checkpoint.get(),
+            segments: &summaries,
+            min_compaction_lag_ms: inner.config.min_compaction_lag_ms,
+            max_compaction_lag_ms: inner.config.max_compaction_lag_ms,
+        };
+        Some((
+            cleanable(&log, now_ms),
+            inner.config.min_cleanable_dirty_ratio,
+        ))
+    }
+
+    /// Segment summaries in offset order; everything from the first incomplete segment on is
+    /// folded into the last entry (the planner treats it as active).
+    fn summaries(segments: &std::collections::BTreeMap<i64, Segment>) -> Vec<SegmentSummary> {
+        let mut out: Vec<SegmentSummary> = Vec::new();
+        let last = segments.keys().next_back().copied();
+        for s in segments.values() {
+            let summary = SegmentSummary {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset,
+                size_bytes: s.size,
+                max_timestamp: s.max_timestamp,
+                first_timestamp: s.first_append_ms.unwrap_or(s.max_timestamp),
+            };
+            out.push(summary);
+            if !s.complete || Some(s.base_offset) == last {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Reads the persisted cleaner checkpoint once (a missing file means never cleaned).
+    pub async fn load_cleaner_checkpoint(&self) {
+        if self.cleaner_checkpoint_loaded.get() {
+            return;
+        }
+        self.cleaner_checkpoint_loaded.set(true);
+        match state_file::read_offset_file(&self.dir, CLEANER_CHECKPOINT_FILE).await {
+            Ok(found) => self.cleaner_checkpoint.set(found),
+            Err(e) => {
+                tracing::warn!(error = %e, "cleaner checkpoint unreadable; cleaning from the log start")
+            }
+        }
+    }
+
+    /// One cleaner pass, if the log has a cleanable section. `map` is the shard's offset map
+    /// (cleared here); `now_ms` is wall time (delete horizons).
+    pub async fn clean(
+        &self,
+        map: &mut OffsetMap,
+        now_ms: i64,
+        throttle: &mut dyn CleanerThrottle,
+    ) -> Result<Option<CleanReport>, Error> {
+        self.load_cleaner_checkpoint().await;
+        let Some((plan, _)) = self.cleanable(now_ms) else {
+            return Ok(None);
+        };
+        if plan.cleanable_bytes == 0 {
+            return Ok(None);
+        }
+        let (generation, config) = {
+            let inner = self.inner.borrow();
+            (inner.log_generation, inner.config.clone())
+        };
+        let closed = self.closed_segments(plan.first_uncleanable_offset).await?;
+
+        // Map the dirty section, stopping where the map fills.
+        map.clear();
+        'mapping: for seg in closed
+            .iter()
+            .filter(|s| s.summary.next_offset > plan.first_dirty_offset)
+        {
+            let path = segment_path(&self.dir, seg.summary.base_offset, "log");
+            let mut pos = 0u64;
+            loop {
+                let (batches, next) = read_batches(
+                    &*seg.file,
+                    &path,
+                    pos,
+                    seg.summary.size_bytes,
+                    READ_CHUNK_BYTES_MAX,
+                )
+                .await?;
+                if batches.is_empty() {
+                    break;
+                }
+                throttle.charge(next - pos).await;
+                for (_, bytes) in &batches {
+                    let mapped = map_batch(
+                        map,
+                        bytes,
+                        plan.first_dirty_offset,
+                        RECORDS_DECOMPRESSED_BYTES_MAX,
+                    )
+                    .map_err(|e| Error::corruption(&path, pos, e.to_string()))?;
+                    if mapped == Mapped::Full {
+                        break 'mapping;
+                    }
+                }
+                pos = next;
+                glommio::yield_if_needed().await;
+            }
+        }
+        let end_offset = (map.latest_offset() + 1).min(plan.first_uncleanable_offset);
+        if end_offset <= plan.first_dirty_offset {
+            tracing::warn!(dir = %self.dir.display(), entries = map.entries_max(), "the cleaner's map cannot hold one batch's keys; log.cleaner.dedupe.buffer.size is too small");
+            return Ok(None);
+        }
+
+        let summaries: Vec<SegmentSummary> = closed.iter().map(|c| c.summary).collect();
+        let groups = group_segments(&summaries, end_offset, config.segment_bytes);
+        let producers = self.inner.borrow().producers.clone();
+        let lookup = |pid: i64| producers.last_offset_of(pid);
+        let ctx = FilterContext {
+            map,
+            now_ms,
+            delete_retention_ms: config.delete_retention_ms,
+            producer_last_offset: &lookup,
+            decompressed_max: RECORDS_DECOMPRESSED_BYTES_MAX,
+        };
+        let mut report = CleanReport {
+            end_offset,
+            ..CleanReport::default()
+        };
+        for group in groups {
+            let Some(members) = closed.get(group) else {
+                continue;
+            };
+            if !self
+                .clean_group(
+                    members,
+                    &ctx,
+                    &mut report.stats,
+                    generation,
+                    config.index_interval_bytes,
+                    throttle,
+                )
+                .await?
+            {
+                return Ok(None);
+            }
+            report.segments_cleaned += members.len();
+        }
+        self.cleaner_checkpoint.set(Some(end_offset));
+        state_file::write_offset_file(&self.dir, CLEANER_CHECKPOINT_FILE, end_offset).await?;
+        Ok(Some(report))
+    }
+
+    /// The complete segments below `below`, each opened (a segment not used since startup
+    /// is opened here).
+    async fn closed_segments(&self, below: i64) -> Result<Vec<Closed>, Error> {
+        let bases: Vec<i64> = {
+            let inner = self.inner.borrow();
+            let summaries = Self::summaries(&inner.segments);
+            let closed = summaries.len().saturating_sub(1);
+            summaries
+                .iter()
+                .take(closed)
+                .filter(|s| s.base_offset < below)
+                .map(|s| s.base_offset)
+                .collect()
+        };
+        let mut out = Vec::with_capacity(bases.len());
+        for base in bases {
+            self.ensure_segment_ready(base).await?;
+            let inner = self.inner.borrow();
+            let Some(seg) = inner.segments.get(&base) else {
+                continue;
+            };
+            let Some(file) = seg.file.clone() else {
+                continue;
+            };
+            out.push(Closed {
+                summary: SegmentSummary {
+                    base_offset: seg.base_offset,
+                    next_offset: seg.next_offset,
+                    size_bytes: seg.size,
+                    max_timestamp: seg.max_timestamp,
+                    first_timestamp: -1,
+                },
+                file,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Rewrites `members` into one segment and swaps it in. False when the log changed
+    /// meanwhile (nothing swapped; the `.cleaned` file is removed).
+    async fn clean_group(
+        &self,
+        members: &[Closed],
+        ctx: &FilterContext<'_>,
+        stats: &mut FilterStats,
+        generation: u64,
+        index_interval_bytes: u32,
+        throttle: &mut dyn CleanerThrottle,
+    ) -> Result<bool, Error> {
+        let Some(first) = members.first() else {
+            return Ok(true);
+        };
+        let base = first.summary.base_offset;
+        let next_offset = members.last().map_or(base, |m| m.summary.next_offset);
+        let mut seg = Segment::new(&self.dir, base);
+        // Write beside the old segment, durably, before anything is renamed; in aligned
+        // pieces, so the cleaner holds at most CLEANER_WRITE_CHUNK_BYTES of output.
+        let log_path = segment_path(&self.dir, base, "log");
+        let cleaned_path = self.dir.join(format!("{base:020}.log.cleaned"));
+        let swap_path = self.dir.join(format!("{base:020}.log.swap"));
+        let file = self
+            .fs
+            .open_segment(&cleaned_path, true)
+            .await
+            .map_err(|e| Error::io(&cleaned_path, "create", e))?;
+        file.truncate(0)
+            .await
+            .map_err(|e| Error::io(&cleaned_path, "truncate", e))?;
+        let alignment = file.alignment().max(1) as usize;
+        let mut out: Vec<u8> = Vec::new();
+        let mut out_pos = 0u64; // file position of out[0]
+        for member in members {
+            let path = segment_path(&self.dir, member.summary.base_offset, "log");
+            let mut pos = 0u64;
+            loop {
+                let (batches, next) = read_batches(
+                    &*member.file,
+                    &path,
+                    pos,
+                    member.summary.size_bytes,
+                    READ_CHUNK_BYTES_MAX,
+                )
+                .await?;
+                if batches.is_empty() {
+                    break;
+                }
+                throttle.charge(next - pos).await;
+                for (header, bytes) in &batches {
+                    let written = match filter_batch(bytes, ctx, stats)
+                        .map_err(|e| Error::corruption(&path, pos, e.to_string()))?
+                    {
+                        Filtered::Drop => continue,
+                        Filtered::Keep => {
+                            out.extend_from_slice(bytes);
+                            *header
+                        }
+                        Filtered::Rewrite(rewritten) => {
+                            out.extend_from_slice(&rewritten);
+                            BatchHeader::parse(&rewritten)
+                                .map_err(|e| Error::corruption(&path, pos, e.to_string()))?
+                        }
+                    };
+                    let at = out_pos + (out.len() - written.total_len()) as u64;
+                    seg.index_batch(&written, at, index_interval_bytes);
+                }
+                if out.len() >= CLEANER_WRITE_CHUNK_BYTES {
+                    let aligned = out.len() / alignment * alignment;
+                    let rest = out.split_off(aligned);
+                    let chunk = [bytes::Bytes::from(std::mem::replace(&mut out, rest))];
+                    file.write_at(&chunk, out_pos)
+                        .await
+                        .map_err(|e| Error::io(&cleaned_path, "write", e))?;
+                    out_pos += aligned as u64;
+                    throttle.charge(aligned as u64).await;
+                }
+                pos = next;
+                glommio::yield_if_needed().await;
+            }
+        }
+        let size = out_pos + out.len() as u64;
+        if !out.is_empty() {
+            let len = out.len() as u64;
+            let chunk = [bytes::Bytes::from(out)];
+            file.write_at(&chunk, out_pos)
+                .await
+                .map_err(|e| Error::io(&cleaned_path, "write", e))?;
+            throttle.charge(len).await;
+        }
+        file.truncate(size)
+            .await
+            .map_err(|e| Error::io(&cleaned_path, "truncate", e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| Error::io(&cleaned_path, "fdatasync", e))?;
+        seg.next_offset = next_offset;
+        if seg.offset_of_max_timestamp >= base {
+            let rel = seg.relative(seg.offset_of_max_timestamp);
+            seg.time_index.maybe_push(seg.max_timestamp, rel);
+        }
+
+        let _permit = self
+            .meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        let unchanged = {
+            let inner = self.inner.borrow();
+            inner.log_generation == generation
+                && !inner.closing
+                && !inner.closed
+                && members.iter().all(|m| {
+                    inner.segments.get(&m.summary.base_offset).is_some_and(|s| {
+                        s.complete
+                            && s.size == m.summary.size_bytes
+                            && s.next_offset == m.summary.next_offset
+                    })
+                })
+        };
+        if !unchanged {
+            let _ = std::fs::remove_file(&cleaned_path);
+            return Ok(false);
+        }
+        // The cleaned segment skips the offsets of the batches it dropped: recovery accepts
+        // those gaps only below the persisted bound, so it covers them before the swap can
+        // be seen.
+        if next_offset > self.gaps_below() {
+            self.set_gaps_below_locked(next_offset).await?;
+        }
+        std::fs::rename(&cleaned_path, &swap_path)
+            .map_err(|e| Error::io(&swap_path, "rename", e))?;
+        state_file::sync_dir(&self.dir).await?;
+        // From here recovery finishes the swap: install it in memory first, so no reader is
+        // sent to a file about to go.
+        seg.size = size;
+        seg.written = size;
+        seg.file = Some(file);
+        seg.path = log_path.clone();
+        seg.sealed = true;
+        seg.complete = true;
+        seg.index_loaded = true;
+        let (index, time_index) = (seg.index.clone(), seg.time_index.clone());
+        {
+            let mut inner = self.inner.borrow_mut();
+            for m in members {
+                inner.segments.remove(&m.summary.base_offset);
+            }
+            inner.segments.insert(base, seg);
+            // The tail cache still holds the batches as they were before cleaning; readers
+            // must see the cleaned segment from now on.
+            inner.cache.evict_below(next_offset);
+        }
+        for m in members {
+            remove_segment_files(&self.dir, m.summary.base_offset).await?;
+        }
+        std::fs::rename(&swap_path, &log_path).map_err(|e| Error::io(&log_path, "rename", e))?;
+        write_indexes(&self.dir, base, &index, &time_index).await?;
+        state_file::sync_dir(&self.dir).await?;
+        Ok(true)
+    }
+}
