@@ -64,13 +64,7 @@ pub fn decode_frame(buf: &mut BytesMut, data_bytes_max: usize) -> Result<Option<
         return Ok(None);
     };
     // COMMAND SP
-    let command_len = buf
-        .get(after_txnr..)
-        .unwrap_or_default()
-        .iter()
-        .take(COMMAND_LEN_MAX + 1)
-        .take_while(|b| b.is_ascii_alphabetic())
-        .count();
+    let command_len = run_length(buf, after_txnr, COMMAND_LEN_MAX, u8::is_ascii_alphabetic);
     let after_command = after_txnr + command_len;
     match buf.get(after_command) {
         None if command_len <= COMMAND_LEN_MAX => return Ok(None),
@@ -79,13 +73,7 @@ pub fn decode_frame(buf: &mut BytesMut, data_bytes_max: usize) -> Result<Option<
     }
     // DATALEN, then SP DATA LF, or LF directly when DATALEN is 0.
     let len_from = after_command + 1;
-    let digits = buf
-        .get(len_from..)
-        .unwrap_or_default()
-        .iter()
-        .take(NUMBER_DIGITS_MAX + 1)
-        .take_while(|b| b.is_ascii_digit())
-        .count();
+    let digits = run_length(buf, len_from, NUMBER_DIGITS_MAX, u8::is_ascii_digit);
     if digits > NUMBER_DIGITS_MAX {
         return Err(RelpError::BadHeader);
     }
@@ -127,11 +115,7 @@ pub fn decode_frame(buf: &mut BytesMut, data_bytes_max: usize) -> Result<Option<
 /// A number of 1 to 9 digits at `from`, then `sep`; `None` when more bytes are needed.
 fn number_then(buf: &[u8], from: usize, sep: u8) -> Result<Option<(u32, usize)>, RelpError> {
     let rest = buf.get(from..).unwrap_or_default();
-    let digits = rest
-        .iter()
-        .take(NUMBER_DIGITS_MAX + 1)
-        .take_while(|b| b.is_ascii_digit())
-        .count();
+    let digits = run_length(buf, from, NUMBER_DIGITS_MAX, u8::is_ascii_digit);
     if digits > NUMBER_DIGITS_MAX {
         return Err(RelpError::BadHeader);
     }
@@ -144,6 +128,17 @@ fn number_then(buf: &[u8], from: usize, sep: u8) -> Result<Option<(u32, usize)>,
         }
         Some(_) => Err(RelpError::BadHeader),
     }
+}
+
+/// How many bytes from `from` satisfy `is`, counting at most `max + 1` (so a caller sees a
+/// run longer than `max` without scanning all of it).
+fn run_length(buf: &[u8], from: usize, max: usize, is: fn(&u8) -> bool) -> usize {
+    buf.get(from..)
+        .unwrap_or_default()
+        .iter()
+        .take(max + 1)
+        .take_while(|b| is(b))
+        .count()
 }
 
 /// At most 9 digits, so no overflow.

@@ -168,8 +168,13 @@ async fn ensure_topics(ctx: &Rc<ShardCtx>, topics: &[String]) {
                 {
                     Ok(_) => info!("created syslog topic {topic}"),
                     Err(e) if e.code == crate::protocol::error::ErrorCode::TopicAlreadyExists => {}
+                    // At start the controller may not be ready yet: expected, retried,
+                    // said once (not a warning: a clean start logs none).
                     Err(e) if !logged => {
-                        warn!("cannot create syslog topic {topic} yet: {}", e.message);
+                        info!(
+                            "cannot create syslog topic {topic} yet, retrying: {}",
+                            e.message
+                        );
                         logged = true;
                     }
                     Err(_) => {}
