@@ -271,15 +271,21 @@ input(type="imtcp" address="127.0.0.1" port="{port}")
     proc = subprocess.Popen(["rsyslogd", "-n", "-f", str(conf), "-i", str(work / "pid")],
                             stdout=open(work / "out.log", "wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
+    return listening(proc, port, work / "out.log")
+
+
+def listening(proc: subprocess.Popen, port: int, log: Path) -> tuple[subprocess.Popen, int]:
+    """Waits until the sender `proc` accepts on `port`; kills it and raises with its log if
+    it exits or does not within 20 s."""
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return proc, port
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError((work / "out.log").read_text())
+    raise RuntimeError(log.read_text())
 
 
 def feed(port: int, lines) -> None:
@@ -431,15 +437,7 @@ log {{ source(s_in); destination(d_out); flags(flow-control); }};
          f"--control={work}/ctl", f"--persist-file={work}/persist"],
         env=env, stdout=open(work / "out.log", "wb"), stderr=subprocess.STDOUT,
         start_new_session=True)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError((work / "out.log").read_text())
+    return listening(proc, port, work / "out.log")
 
 
 @pytest.mark.parametrize("driver", ["network", "syslog"])
