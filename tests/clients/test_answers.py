@@ -9,6 +9,7 @@ import time
 from kafka.protocol.admin.topics import CreateTopicsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
 import kproto
@@ -216,3 +217,17 @@ def test_topic_compression_type_recompresses_on_append(broker):
                 got.append(m.value())
         c.close()
         assert got == values, topic
+
+
+def test_api_versions_v4_is_answered_not_refused(broker):
+    """Proves ApiVersions v4, which Kafka 4 clients (Connect, Debezium, the Java client) send
+    first on every connection, is answered at v4 with error 0 and the broker's table, which
+    lists ApiVersions up to v4; before, it was refused with UNSUPPORTED_VERSION and every
+    connection of such a client took a second round trip at v3 (seen in a Connect worker's
+    DEBUG log, compared with Kafka 4.1.1)."""
+    for version in range(0, 5):
+        resp = kproto.call(broker.bootstrap, ApiVersionsRequest[version](
+            client_software_name="strata-tests", client_software_version="1"))
+        assert resp.error_code == 0, (version, resp)
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        assert ranges[18] == (0, 4), (version, ranges.get(18))
