@@ -105,7 +105,7 @@ class ConnectWorker:
         props.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         env = dict(os.environ)
         env["KAFKA_LIB_DIR"] = str(EXTRAS_LIB)
-        env["KAFKA_LOG_LEVEL"] = "INFO"
+        env["KAFKA_LOG_LEVEL"] = os.environ.get("STRATA_CONNECT_LOG_LEVEL", "INFO")
         # A short-lived worker on a shared 2-core machine: C1 only and the serial collector
         # start faster and leave the cores to the brokers.
         env["KAFKA_OPTS"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
