@@ -7,10 +7,12 @@
 #   clients  kafka-clients 4.1.x for tests/clients/test_java.py      -> tests/clients/java/lib
 #   kafka    Apache Kafka 4.1.x (broker, kafka-tools, log4j2) for the reference broker and
 #            Kafka's own tools (tests/kafka/)                         -> tests/kafka/lib
-#   extras   Connect (runtime, file) and Streams (+ examples) 4.1.x; no test uses them yet
-#            (issues 12 and 13)                                       -> tests/kafka/extras/lib
-#   debezium Debezium's PostgreSQL connector built for Kafka 4.1, a Connect plugin directory;
-#            no test uses it yet (issue 12)                           -> tests/kafka/debezium/lib
+#   connect  Kafka Connect 4.1.x (runtime with the distributed worker, file, json, log4j2) for
+#            tests/clients/test_connect.py                            -> tests/kafka/connect/lib
+#   debezium Debezium's PostgreSQL connector built for Kafka 4.1, a Connect plugin directory,
+#            for tests/clients/test_connect.py                        -> tests/kafka/debezium/lib
+#   extras   Streams (+ examples) 4.1.x; no test uses them yet (issue 13)
+#                                                                     -> tests/kafka/extras/lib
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sets=("$@")
@@ -37,8 +39,9 @@ for s in "${sets[@]}"; do
     case "$s" in
         clients) fetch "$root/tests/clients/java" ;;
         kafka) fetch "$root/tests/kafka" ;;
+        connect) fetch "$root/tests/kafka/connect" ;;
         extras) fetch "$root/tests/kafka/extras" ;;
         debezium) fetch "$root/tests/kafka/debezium" ;;
-        *) echo "unknown set $s (clients, kafka, extras, debezium)" >&2; exit 2 ;;
+        *) echo "unknown set $s (clients, kafka, connect, debezium, extras)" >&2; exit 2 ;;
     esac
 done

@@ -2,7 +2,7 @@
 worker and a private PostgreSQL cluster, each started, probed, killed and restarted by the test.
 
 The worker is `org.apache.kafka.connect.cli.ConnectDistributed` from the jars of
-`tests/fetch-jars.sh extras` (connect-runtime, connect-file, connect-json, the log4j binding),
+`tests/fetch-jars.sh connect` (connect-runtime, connect-file, connect-json, the log4j binding),
 run through tests/kafka/run-class.sh; Debezium's PostgreSQL connector is a plugin directory
 filled by `tests/fetch-jars.sh debezium`. Readiness is the worker's REST API answering
 `GET /connectors` (it does once it has read its config topic) and its log saying it joined its
@@ -31,7 +31,7 @@ from harness import REPO_ROOT, free_port
 
 KAFKA_DIR = REPO_ROOT / "tests" / "kafka"
 RUN_CLASS = KAFKA_DIR / "run-class.sh"
-EXTRAS_LIB = KAFKA_DIR / "extras" / "lib"
+CONNECT_LIB = KAFKA_DIR / "connect" / "lib"
 # The plugin.path entry: its subdirectory lib/ is one plugin (Debezium and its own jars).
 DEBEZIUM_PLUGINS = KAFKA_DIR / "debezium"
 # A worker scans its plugins, reads its three topics and joins its group before it answers;
@@ -44,8 +44,8 @@ def jars_missing() -> str | None:
     """Why the Connect tests cannot run here, or None when the jars are in place."""
     if shutil.which("java") is None:
         return "no java on PATH"
-    if not list(EXTRAS_LIB.glob("connect-runtime-*.jar")):
-        return f"no Connect jars in {EXTRAS_LIB}: run tests/fetch-jars.sh extras"
+    if not list(CONNECT_LIB.glob("connect-runtime-*.jar")):
+        return f"no Connect jars in {CONNECT_LIB}: run tests/fetch-jars.sh connect"
     if not list((DEBEZIUM_PLUGINS / "lib").glob("debezium-connector-postgres-*.jar")):
         return f"no Debezium jars in {DEBEZIUM_PLUGINS}/lib: run tests/fetch-jars.sh debezium"
     return None
@@ -104,7 +104,7 @@ class ConnectWorker:
         props = self.workdir / "worker.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         env = dict(os.environ)
-        env["KAFKA_LIB_DIR"] = str(EXTRAS_LIB)
+        env["KAFKA_LIB_DIR"] = str(CONNECT_LIB)
         env["KAFKA_LOG_LEVEL"] = os.environ.get("STRATA_CONNECT_LOG_LEVEL", "INFO")
         # A short-lived worker on a shared 2-core machine: C1 only and the serial collector
         # start faster and leave the cores to the brokers.

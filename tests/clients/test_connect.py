@@ -2,7 +2,7 @@
 status topics, its `connect` group, its REST API), connect-file's FileStreamSource and
 FileStreamSink, and Debezium's PostgreSQL connector capturing a table through a SIGKILL of the
 worker and a SIGKILL of the broker. Processes are started by the tests (connect_harness.py);
-the jars come from `tests/fetch-jars.sh extras debezium`, PostgreSQL from Debian."""
+the jars come from `tests/fetch-jars.sh connect debezium`, PostgreSQL from Debian."""
 
 from __future__ import annotations
 
