@@ -600,7 +600,22 @@ pub(crate) async fn recover(
             remove_if_exists(&segment_path(dir, base, "timeindex")).await?;
         }
         if valid_end < file_len {
-            tracing::warn!(path = %path.display(), valid_end, file_len, "truncating torn or invalid tail");
+            // A direct-I/O write pads the last block with zeros, so a log closed cleanly
+            // ends with up to one block of zeros past its last batch: that is not damage
+            // and must not alarm the operator on every restart. Anything else is.
+            let align = file.alignment().max(1);
+            let padding_only = file_len - valid_end <= align && {
+                let rest = file
+                    .read_at(valid_end, (file_len - valid_end) as usize)
+                    .await
+                    .map_err(|e| Error::io(&path, "read", e))?;
+                rest.len() as u64 == file_len - valid_end && rest.iter().all(|b| *b == 0)
+            };
+            if padding_only {
+                tracing::debug!(path = %path.display(), valid_end, file_len, "cutting the zero padding of the last block");
+            } else {
+                tracing::warn!(path = %path.display(), valid_end, file_len, "truncating torn or invalid tail");
+            }
         }
         // Cut the file to the logical end even when it looks clean: the tail of the last
         // block may hold zero padding from a previous direct-I/O write.
