@@ -4,8 +4,10 @@ use std::rc::Rc;
 
 use crate::protocol::error::ErrorCode;
 use crate::shard::mesh::begin;
-use crate::shard::ops::{OffsetResult, ShardOp, ShardReply, TopicPartition};
+use crate::shard::ops::{ShardOp, ShardReply};
+use crate::shard::partition_service::OffsetResult;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 
 /// The per-partition operations that answer with an offset.
 #[derive(Clone, Copy)]

@@ -408,7 +408,7 @@ fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<D
     match p.append(batch, now) {
         Ok(o) => {
             let last = o.last_offset;
-            let tp = super::ops::TopicPartition {
+            let tp = super::TopicPartition {
                 topic: OFFSETS_TOPIC.to_string(),
                 partition,
             };

@@ -230,7 +230,8 @@ pub async fn call(ctx: &Rc<ShardCtx>, target: usize, op: ShardOp) -> ShardReply 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::ops::{FetchPart, TopicPartition};
+    use crate::shard::partition_service::fetch::FetchPart;
+    use crate::shard::TopicPartition;
     use std::time::Duration;
 
     fn follower_fetch() -> ShardOp {

@@ -10,6 +10,7 @@ pub mod cleaner;
 pub mod groups;
 pub mod mesh;
 pub mod ops;
+pub mod partition_service;
 pub mod peer;
 pub mod replica;
 
@@ -22,6 +23,13 @@ use std::sync::Arc;
 use crate::cluster::catalog::CatalogStore;
 use crate::config::{log_config_from, Config};
 use crate::storage::{LogConfig, MemoryBudget, Partition};
+
+/// A topic's partition: the key under which a shard holds, routes and replicates it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
 
 /// State every shard shares (read-only or lock-free).
 pub struct Shared {

@@ -18,10 +18,9 @@ use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::protocol::error::ErrorCode;
 use crate::server::dispatch::PendingResponse;
 use crate::shard::mesh::begin;
-use crate::shard::ops::{
-    FetchPart, FetchResult, ShardOp, ShardReply, TopicPartition, DEBUGGING_REPLICA_ID,
-};
-use crate::shard::ShardCtx;
+use crate::shard::ops::{ShardOp, ShardReply};
+use crate::shard::partition_service::fetch::{FetchPart, FetchResult, DEBUGGING_REPLICA_ID};
+use crate::shard::{ShardCtx, TopicPartition};
 
 /// One requested partition, resolved.
 struct Wanted {

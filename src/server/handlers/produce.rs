@@ -10,8 +10,10 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
 use crate::shard::mesh::{begin, Started};
-use crate::shard::ops::{ProduceResult, ShardOp, ShardReply, TopicPartition};
+use crate::shard::ops::{ShardOp, ShardReply};
+use crate::shard::partition_service::produce::ProduceResult;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 
 /// Where a partition's answer comes from: an immediate error or slot `index` of the reply
 /// of the op sent to shard `shard`.

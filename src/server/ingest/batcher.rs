@@ -37,8 +37,9 @@ use crate::limits::{
     INGEST_READY_BATCHES_MAX,
 };
 use crate::shard::mesh::begin;
-use crate::shard::ops::{ShardOp, ShardReply, TopicPartition};
+use crate::shard::ops::{ShardOp, ShardReply};
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 use crate::storage::notify::Notify;
 use crate::storage::Charge;
 use crate::storage::CompressionType;

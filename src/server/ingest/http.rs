@@ -23,8 +23,8 @@ use crate::ingest::idle::ReadWatch;
 use crate::ingest::record::IngestRecord;
 use crate::ingest::stats::ShardCounters;
 use crate::limits::{HTTP_HEAD_BYTES_MAX, HTTP_RECORDS_PER_REQUEST_MAX, INGEST_READ_CHUNK_BYTES};
-use crate::shard::ops::TopicPartition;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 use crate::storage::MemoryClass;
 
 const JSON: &str = "application/vnd.kafka.v2+json";

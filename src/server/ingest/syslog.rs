@@ -36,8 +36,8 @@ use crate::limits::{
     INGEST_DROP_LOG_INTERVAL_MS, INGEST_READ_CHUNK_BYTES, RELP_WINDOW_MAX,
     SYSLOG_DATAGRAM_BYTES_MAX,
 };
-use crate::shard::ops::TopicPartition;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 use crate::storage::{Charge, MemoryClass};
 
 /// First read of a connection with nothing buffered: small, so an idle sender holds little.

@@ -25,9 +25,9 @@ use crate::limits::{FETCHER_BACKOFF_MS, METADATA_POLL_MS, PEER_REQUEST_TIMEOUT_M
 use crate::protocol::error::{error_from_code, ErrorCode};
 use crate::replication::follower::FollowerState;
 use crate::replication::{FollowerCommand, ReplicaError};
-use crate::shard::ops::TopicPartition;
 use crate::shard::peer::PeerConnection;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 use crate::storage::Partition;
 
 /// Versions of the requests a follower sends to its leader (both ends are Strata).

@@ -10,8 +10,8 @@ use super::to_controller::alter_isr;
 use super::Role;
 use crate::protocol::error::ErrorCode;
 use crate::replication::{LeaderCommand, ReplicaError};
-use crate::shard::ops::TopicPartition;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 use crate::storage::Partition;
 
 /// The leader's log grew (an append): count it towards the high watermark.

@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
-use super::ops::TopicPartition;
 use super::ShardCtx;
 use crate::cluster::catalog::PartitionMeta;
 use crate::limits::{METADATA_POLL_MS, REPLICA_TICK_MS};
@@ -41,6 +40,7 @@ use crate::protocol::error::ErrorCode;
 use crate::replication::follower::FollowerState;
 use crate::replication::leader::LeaderState;
 use crate::replication::{FollowerCommand, LeaderCommand};
+use crate::shard::TopicPartition;
 use crate::storage::Partition;
 use fetcher::{retry_stalled_followers, start_fetchers};
 pub use leader::{

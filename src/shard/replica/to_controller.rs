@@ -9,8 +9,8 @@ use tracing::{debug, info, warn};
 use super::leader::run_leader_commands;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse};
 use crate::protocol::error::{error_from_code, ErrorCode};
-use crate::shard::ops::TopicPartition;
 use crate::shard::ShardCtx;
+use crate::shard::TopicPartition;
 
 /// Proposes an ISR change to the controller (KIP-497) and feeds the answer back. An answer
 /// that may or may not have been applied (a timeout) is retried with the same epochs: the

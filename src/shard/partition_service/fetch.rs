@@ -1,0 +1,166 @@
+//! Fetch on the owner shard: consumers read committed data (below the high watermark) from
+//! the leader, in the leader epoch they name; followers read everything and their fetch
+//! offset records their log end, which may move the high watermark. Also the long-poll wait
+//! (`wait_for_data`) a Fetch with `max.wait.ms` makes when there is nothing to read yet.
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{check_leader_epoch, owned_partition};
+use crate::protocol::error::ErrorCode;
+use crate::shard::{replica, ShardCtx, TopicPartition};
+
+pub struct FetchPart {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub max_bytes: usize,
+    /// Kafka's replica id: a follower's node id (>= 0), -1 for consumers, -2 for a
+    /// debugging consumer that may read any replica.
+    pub replica_id: i32,
+    /// The leader epoch the fetcher believes current, or -1 (no check).
+    pub current_leader_epoch: i32,
+}
+
+/// Kafka's replica id of a debugging consumer, which may read from followers.
+pub const DEBUGGING_REPLICA_ID: i32 = -2;
+
+#[derive(Debug, Clone, Default)]
+pub struct FetchResult {
+    pub error: Option<ErrorCode>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub chunks: Vec<Bytes>,
+}
+
+impl FetchResult {
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.len()).sum()
+    }
+    pub fn error(e: ErrorCode) -> Self {
+        Self {
+            error: Some(e),
+            high_watermark: -1,
+            log_start_offset: -1,
+            chunks: Vec::new(),
+        }
+    }
+}
+
+/// Reads each part, at most `max_bytes` in all (the response's limit, applied before
+/// reading); once it is spent the remaining parts report positions but read nothing.
+pub async fn fetch(
+    ctx: &Rc<ShardCtx>,
+    parts: Vec<FetchPart>,
+    max_bytes: usize,
+) -> Vec<FetchResult> {
+    // As Kafka's replica manager does: each partition reads at most what is left of
+    // the response's limit. A partition's read returns at least one batch (KIP-74),
+    // so the total may pass the limit by one batch; the handler trims the response.
+    let mut left = max_bytes;
+    let mut out = Vec::with_capacity(parts.len());
+    for mut part in parts {
+        part.max_bytes = part.max_bytes.min(left);
+        let r = fetch_one(ctx, part, left > 0).await;
+        left = left.saturating_sub(r.bytes());
+        out.push(r);
+    }
+    out
+}
+
+/// Resolves when any of the partitions has data past the given offset, or on timeout:
+/// committed data (past the high watermark) for consumers, any for followers.
+pub async fn wait_for_data(
+    ctx: &Rc<ShardCtx>,
+    parts: Vec<(TopicPartition, i64)>,
+    timeout: Duration,
+    follower: bool,
+) {
+    let mut waits = Vec::new();
+    let deadline = Instant::now() + timeout;
+    for (tp, offset) in parts {
+        if let Ok(Some(p)) = ctx.partition(&tp.topic, tp.partition).await {
+            waits.push(Box::pin(async move {
+                if follower {
+                    p.wait_for_log_end_beyond(offset, deadline).await;
+                } else {
+                    p.wait_for_hw_beyond(offset, deadline).await;
+                }
+            }));
+        }
+    }
+    if waits.is_empty() {
+        glommio::timer::sleep(timeout).await;
+    } else {
+        futures::future::select_all(waits).await;
+    }
+}
+
+/// Fetches one partition; with `read` false (the response is full) it does everything but
+/// read: a follower's position is still recorded, and the partition's offsets reported.
+async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResult {
+    let p = match owned_partition(ctx, &part.tp).await {
+        Ok(p) => p,
+        Err(e) => return FetchResult::error(e),
+    };
+    let nothing = || {
+        Ok(crate::storage::ReadOutcome {
+            chunks: Vec::new(),
+            high_watermark: p.high_watermark(),
+            log_start_offset: p.log_start_offset(),
+        })
+    };
+    let read = if part.replica_id >= 0 {
+        // A follower: its fetch offset is its (durable) log end, which may move our high
+        // watermark; it reads everything we have, committed or not.
+        match replica::on_follower_fetch(
+            ctx,
+            &part.tp,
+            part.replica_id,
+            part.offset,
+            part.current_leader_epoch,
+        ) {
+            Ok(_) if !read => nothing(),
+            Ok(_) => {
+                p.read_bounded(part.offset, part.max_bytes, p.log_end_offset())
+                    .await
+            }
+            Err(e) => return FetchResult::error(e),
+        }
+    } else {
+        if part.replica_id != DEBUGGING_REPLICA_ID {
+            // The metadata that routed this fetch here names us leader; this shard may not
+            // have applied it yet (a topic just created), as in `start_produce`.
+            if ctx.replicas.leader_epoch(&part.tp).is_none() {
+                replica::apply_metadata(ctx).await;
+            }
+            if let Err(e) = check_leader_epoch(ctx, &part.tp, part.current_leader_epoch) {
+                return FetchResult::error(e);
+            }
+        }
+        if read {
+            p.read(part.offset, part.max_bytes).await
+        } else {
+            nothing()
+        }
+    };
+    match read {
+        Ok(r) => FetchResult {
+            error: None,
+            high_watermark: r.high_watermark,
+            log_start_offset: r.log_start_offset,
+            chunks: r.chunks,
+        },
+        Err(e) => FetchResult {
+            error: Some({
+                if !matches!(e, crate::storage::Error::OffsetOutOfRange { .. }) {
+                    tracing::warn!(topic = %part.tp.topic, partition = part.tp.partition, offset = part.offset, "read failed: {e}");
+                }
+                e.error_code()
+            }),
+            high_watermark: p.high_watermark(),
+            log_start_offset: p.log_start_offset(),
+            chunks: Vec::new(),
+        },
+    }
+}

@@ -1,0 +1,51 @@
+//! Opening, dropping and reconfiguring the partitions the catalog places on this shard.
+use std::rc::Rc;
+
+use crate::shard::ShardCtx;
+use crate::storage::LogConfig;
+
+/// Opens (recovering) each partition of `topic` placed here.
+pub async fn open(
+    ctx: &Rc<ShardCtx>,
+    topic: &str,
+    partitions: Vec<i32>,
+    config: LogConfig,
+) -> Result<(), String> {
+    for p in partitions {
+        if let Err(e) = ctx.open_partition(topic, p, config.clone()).await {
+            return Err(format!("cannot open {topic}-{p}: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// Forgets and deletes each partition of a deleted topic, open or not.
+pub async fn drop(ctx: &Rc<ShardCtx>, topic: &str, partitions: Vec<i32>) -> Result<(), String> {
+    let mut result = Ok(());
+    for i in partitions {
+        match ctx.remove_partition(topic, i) {
+            Some(p) => {
+                if let Err(e) = p.delete().await {
+                    result = Err(format!("cannot delete {topic}-{i}: {e}"));
+                }
+            }
+            None => {
+                // Never opened on this run: remove whatever a previous run left.
+                let dir = ctx.shared.partition_dir(topic, i);
+                if dir.exists() {
+                    if let Err(e) = std::fs::remove_dir_all(&dir) {
+                        result = Err(format!("cannot delete {}: {e}", dir.display()));
+                    }
+                }
+            }
+        }
+    }
+    result
+}
+
+/// Applies a topic's new log config to its partitions open here.
+pub fn set_config(ctx: &Rc<ShardCtx>, topic: &str, config: &LogConfig) {
+    for (_, p) in ctx.topic_partitions(topic) {
+        p.set_config(config.clone());
+    }
+}
