@@ -86,11 +86,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// Arrows that break the table today, each with the file that draws it. Listed so the test
 /// can land before the code that removes them; an entry that no longer occurs fails the test
 /// until it is deleted here, so the list only shrinks.
-const KNOWN_VIOLATIONS: &[(&str, &str)] = &[
-    // `server::route::unpack_epochs`: two epochs packed into an offset; goes with the typed
-    // partition-service operations (issue 11, part A).
-    ("src/shard/partition_service/epoch_ends.rs", "server"),
-];
+const KNOWN_VIOLATIONS: &[(&str, &str)] = &[];
 
 /// Modules that may name the executor: the I/O layers. Protocol, the state machines, the
 /// controller and config must stay executor-free so the executor could be swapped.

@@ -1,45 +1,188 @@
-//! Fan-out of per-partition requests to their owner shards, with the replies merged back
-//! into request order.
+//! Fan-out of multi-partition requests to their owner shards, with the replies merged back
+//! into request order (`FanOut`), and the per-partition operations that only a partition's
+//! leader answers (`on_leaders`: ListOffsets, DeleteRecords, OffsetForLeaderEpoch).
+//!
+//! Every part sent to one shard travels in one op, in the order it was pushed, so a shard
+//! sees a request's partitions in request order; the ops to the shards run concurrently.
 use std::rc::Rc;
 
 use crate::protocol::error::ErrorCode;
-use crate::shard::mesh::begin;
+use crate::shard::mesh::{begin, Started};
 use crate::shard::ops::{ShardOp, ShardReply};
+use crate::shard::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
 use crate::shard::partition_service::OffsetResult;
-use crate::shard::ShardCtx;
-use crate::shard::TopicPartition;
+use crate::shard::{ShardCtx, TopicPartition};
 
-/// The per-partition operations that answer with an offset.
-#[derive(Clone, Copy)]
-pub enum OffsetOp {
-    ListOffsets,
-    DeleteRecords,
-    /// OffsetForLeaderEpoch; the argument packs the client's current leader epoch (high 32
-    /// bits) and the epoch asked about (low 32 bits); see `pack_epochs`. The result's
-    /// `timestamp` carries the epoch found.
-    EpochEnd,
+/// Where one part went: slot `index` of the op sent to shard `shard`.
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    shard: usize,
+    index: usize,
 }
 
-/// Packs the two epochs of an OffsetForLeaderEpoch partition into one offset argument.
-pub fn pack_epochs(current_leader_epoch: i32, requested: i32) -> i64 {
-    ((current_leader_epoch as i64) << 32) | (requested as u32 as i64)
+/// The parts of a request grouped by owner shard, each remembering its slot.
+pub struct FanOut<A> {
+    per_shard: Vec<Vec<A>>,
 }
 
-/// The inverse of `pack_epochs`.
-pub fn unpack_epochs(arg: i64) -> (i32, i32) {
-    ((arg >> 32) as i32, arg as u32 as i32)
+impl<A> FanOut<A> {
+    pub fn new(nr_shards: usize) -> Self {
+        Self {
+            per_shard: (0..nr_shards).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// Queues `part` for `shard` (clamped to the shards that exist); returns its slot.
+    pub fn push(&mut self, shard: usize, part: A) -> Slot {
+        let shard = shard.min(self.per_shard.len().saturating_sub(1));
+        match self.per_shard.get_mut(shard) {
+            Some(list) => {
+                list.push(part);
+                Slot {
+                    shard,
+                    index: list.len() - 1,
+                }
+            }
+            // No shards at all: a slot no reply fills, so the part answers as lost.
+            None => Slot {
+                shard,
+                index: usize::MAX,
+            },
+        }
+    }
+
+    /// Starts one op per shard that has parts (`make_op` builds it from the parts, in push
+    /// order). When this returns, every op's synchronous part has run or is queued in order.
+    pub async fn start(
+        self,
+        ctx: &Rc<ShardCtx>,
+        mut make_op: impl FnMut(Vec<A>) -> ShardOp,
+    ) -> Launched {
+        let mut started = Vec::with_capacity(self.per_shard.len());
+        for (shard, parts) in self.per_shard.into_iter().enumerate() {
+            if parts.is_empty() {
+                started.push(None);
+            } else {
+                started.push(Some(begin(ctx, shard, make_op(parts)).await));
+            }
+        }
+        Launched { started }
+    }
 }
 
-/// Runs `op` for every `(topic, partition, argument)` on its owner shard; results come back
-/// in the order of `items`.
-pub async fn offsets(
+/// The ops a `FanOut` started, one per shard.
+pub struct Launched {
+    started: Vec<Option<Started>>,
+}
+
+impl Launched {
+    /// Waits for every shard's reply; `results` takes the per-part results out of a reply
+    /// (`None` for a reply of another kind, e.g. a shard that shut down).
+    pub async fn finish<R>(self, results: impl Fn(ShardReply) -> Option<Vec<R>>) -> Replies<R> {
+        let mut per_shard = Vec::with_capacity(self.started.len());
+        for s in self.started {
+            per_shard.push(match s {
+                Some(s) => results(s.finish().await)
+                    .map(|r| r.into_iter().map(Some).collect())
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            });
+        }
+        Replies { per_shard }
+    }
+}
+
+/// The shards' replies, from which each part's result is taken once by its slot.
+pub struct Replies<R> {
+    per_shard: Vec<Vec<Option<R>>>,
+}
+
+impl<R> Replies<R> {
+    /// The result for `slot`, or `None` if its shard did not answer it.
+    pub fn take(&mut self, slot: Slot) -> Option<R> {
+        self.per_shard
+            .get_mut(slot.shard)
+            .and_then(|r| r.get_mut(slot.index))
+            .and_then(Option::take)
+    }
+}
+
+/// A per-partition operation that only the partition's leader answers.
+pub trait LeaderOp {
+    /// What the request says about each partition.
+    type Arg;
+    /// What the leader answers for each partition.
+    type Reply;
+    fn op(parts: Vec<(TopicPartition, Self::Arg)>) -> ShardOp;
+    fn results(reply: ShardReply) -> Option<Vec<Self::Reply>>;
+    fn failed(e: ErrorCode) -> Self::Reply;
+}
+
+/// ListOffsets: the argument is the timestamp asked about.
+pub struct ListOffsets;
+
+impl LeaderOp for ListOffsets {
+    type Arg = i64;
+    type Reply = OffsetResult;
+    fn op(parts: Vec<(TopicPartition, i64)>) -> ShardOp {
+        ShardOp::ListOffsets { parts }
+    }
+    fn results(reply: ShardReply) -> Option<Vec<OffsetResult>> {
+        match reply {
+            ShardReply::Offsets(r) => Some(r),
+            _ => None,
+        }
+    }
+    fn failed(e: ErrorCode) -> OffsetResult {
+        OffsetResult::failed(e)
+    }
+}
+
+/// DeleteRecords: the argument is the offset to delete before (-1: the high watermark).
+pub struct DeleteRecords;
+
+impl LeaderOp for DeleteRecords {
+    type Arg = i64;
+    type Reply = OffsetResult;
+    fn op(parts: Vec<(TopicPartition, i64)>) -> ShardOp {
+        ShardOp::DeleteRecords { parts }
+    }
+    fn results(reply: ShardReply) -> Option<Vec<OffsetResult>> {
+        ListOffsets::results(reply)
+    }
+    fn failed(e: ErrorCode) -> OffsetResult {
+        OffsetResult::failed(e)
+    }
+}
+
+/// OffsetForLeaderEpoch.
+pub struct EpochEnds;
+
+impl LeaderOp for EpochEnds {
+    type Arg = EpochQuery;
+    type Reply = EpochEndResult;
+    fn op(parts: Vec<(TopicPartition, EpochQuery)>) -> ShardOp {
+        ShardOp::EpochEnds { parts }
+    }
+    fn results(reply: ShardReply) -> Option<Vec<EpochEndResult>> {
+        match reply {
+            ShardReply::EpochEnds(r) => Some(r),
+            _ => None,
+        }
+    }
+    fn failed(e: ErrorCode) -> EpochEndResult {
+        EpochEndResult::failed(e)
+    }
+}
+
+/// Runs `O` for every `(topic, partition, argument)` on its leader's owner shard; results
+/// come back in the order of `items`.
+pub async fn on_leaders<O: LeaderOp>(
     ctx: &Rc<ShardCtx>,
-    op: OffsetOp,
-    items: Vec<(String, i32, i64)>,
-) -> Vec<OffsetResult> {
+    items: Vec<(String, i32, O::Arg)>,
+) -> Vec<O::Reply> {
     let catalog = ctx.shared.catalog.load();
-    let nr = ctx.shared.nr_shards;
-    let mut per_shard: Vec<Vec<(TopicPartition, i64)>> = (0..nr).map(|_| Vec::new()).collect();
+    let mut fan_out = FanOut::new(ctx.shared.nr_shards);
     let mut slots = Vec::with_capacity(items.len());
     for (topic, partition, arg) in items {
         let shard = catalog
@@ -58,74 +201,47 @@ pub async fn offsets(
                     Some(s) if p.leader == catalog.local_node => Ok(s as usize),
                     _ => Err(ErrorCode::NotLeaderOrFollower),
                 }
-            })
-            .map(|r| r.map(|s| s.min(nr.saturating_sub(1))));
+            });
         slots.push(match shard {
             None => Err(ErrorCode::UnknownTopicOrPartition),
             Some(Err(e)) => Err(e),
-            Some(Ok(s)) => {
-                per_shard[s].push((TopicPartition { topic, partition }, arg));
-                Ok((s, per_shard[s].len() - 1))
-            }
+            Some(Ok(s)) => Ok(fan_out.push(s, (TopicPartition { topic, partition }, arg))),
         });
     }
-    let mut started = Vec::with_capacity(nr);
-    for (shard, parts) in per_shard.into_iter().enumerate() {
-        if parts.is_empty() {
-            started.push(None);
-            continue;
-        }
-        let op = match op {
-            OffsetOp::ListOffsets => ShardOp::ListOffsets { parts },
-            OffsetOp::DeleteRecords => ShardOp::DeleteRecords { parts },
-            OffsetOp::EpochEnd => ShardOp::EpochEnds { parts },
-        };
-        started.push(Some(begin(ctx, shard, op).await));
-    }
-    let mut replies = Vec::with_capacity(nr);
-    for s in started {
-        replies.push(match s {
-            Some(s) => match s.finish().await {
-                ShardReply::Offsets(r) => r,
-                _ => Vec::new(),
-            },
-            None => Vec::new(),
-        });
-    }
-    let failed = OffsetResult::failed;
+    let mut replies = fan_out.start(ctx, O::op).await.finish(O::results).await;
     slots
         .into_iter()
         .map(|slot| match slot {
-            Err(e) => failed(e),
-            Ok((s, i)) => replies
-                .get(s)
-                .and_then(|r| r.get(i))
-                .cloned()
-                .unwrap_or_else(|| failed(ErrorCode::NotLeaderOrFollower)),
+            Err(e) => O::failed(e),
+            Ok(slot) => replies
+                .take(slot)
+                .unwrap_or_else(|| O::failed(ErrorCode::NotLeaderOrFollower)),
         })
         .collect()
 }
 
-/// `offsets` for requests shaped as topics of `(partition, argument)`; the results come back
-/// in the same shape.
-pub async fn offsets_by_topic(
+/// A request's topics, each with its `(partition, argument)` list.
+pub type ByTopic<A> = Vec<(String, Vec<(i32, A)>)>;
+
+/// `on_leaders` for requests shaped as topics of `(partition, argument)`; the results come
+/// back in the same shape.
+pub async fn on_leaders_by_topic<O: LeaderOp>(
     ctx: &Rc<ShardCtx>,
-    op: OffsetOp,
-    topics: Vec<(String, Vec<(i32, i64)>)>,
-) -> Vec<Vec<OffsetResult>> {
+    topics: ByTopic<O::Arg>,
+) -> Vec<Vec<O::Reply>> {
     let sizes: Vec<usize> = topics.iter().map(|(_, ps)| ps.len()).collect();
     let items = topics
         .into_iter()
         .flat_map(|(name, ps)| ps.into_iter().map(move |(p, arg)| (name.clone(), p, arg)))
         .collect();
-    let mut flat = offsets(ctx, op, items).await.into_iter();
+    let mut flat = on_leaders::<O>(ctx, items).await.into_iter();
     sizes
         .into_iter()
         .map(|n| {
             (0..n)
                 .map(|_| {
                     flat.next()
-                        .unwrap_or_else(|| OffsetResult::failed(ErrorCode::UnknownServerError))
+                        .unwrap_or_else(|| O::failed(ErrorCode::UnknownServerError))
                 })
                 .collect()
         })

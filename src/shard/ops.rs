@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 
+use super::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
 use super::partition_service::fetch::{FetchPart, FetchResult};
 use super::partition_service::produce::ProduceResult;
 use super::partition_service::{self as service, OffsetResult};
@@ -39,9 +40,9 @@ pub enum ShardOp {
     DeleteRecords {
         parts: Vec<(TopicPartition, i64)>,
     },
-    /// OffsetForLeaderEpoch; arguments packed by `server::route::pack_epochs`.
+    /// OffsetForLeaderEpoch.
     EpochEnds {
-        parts: Vec<(TopicPartition, i64)>,
+        parts: Vec<(TopicPartition, EpochQuery)>,
     },
     OpenPartitions {
         topic: String,
@@ -69,6 +70,7 @@ pub enum ShardReply {
     Fetch(Vec<FetchResult>),
     DataReady,
     Offsets(Vec<OffsetResult>),
+    EpochEnds(Vec<EpochEndResult>),
     Done(Result<(), String>),
     Group(super::groups::GroupReply),
     /// The target shard is gone (shutting down).
@@ -103,7 +105,7 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
         }),
         ShardOp::EpochEnds { parts } => {
             Box::pin(
-                async move { ShardReply::Offsets(service::epoch_ends::epoch_ends(&ctx, parts)) },
+                async move { ShardReply::EpochEnds(service::epoch_ends::epoch_ends(&ctx, parts)) },
             )
         }
         ShardOp::DeleteRecords { parts } => Box::pin(async move {

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::delete_records_response::*;
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use crate::server::route::{offsets_by_topic, OffsetOp};
+use crate::server::route::{on_leaders_by_topic, DeleteRecords};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
@@ -26,7 +26,7 @@ pub async fn handle(
             )
         })
         .collect();
-    let results = offsets_by_topic(ctx, OffsetOp::DeleteRecords, wanted).await;
+    let results = on_leaders_by_topic::<DeleteRecords>(ctx, wanted).await;
     let topics = req
         .topics
         .into_iter()

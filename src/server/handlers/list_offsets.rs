@@ -5,7 +5,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::list_offsets_response::*;
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use crate::server::route::{offsets_by_topic, OffsetOp};
+use crate::server::route::{on_leaders_by_topic, ListOffsets};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
@@ -26,7 +26,7 @@ pub async fn handle(
             )
         })
         .collect();
-    let results = offsets_by_topic(ctx, OffsetOp::ListOffsets, wanted).await;
+    let results = on_leaders_by_topic::<ListOffsets>(ctx, wanted).await;
     let topics = req
         .topics
         .into_iter()

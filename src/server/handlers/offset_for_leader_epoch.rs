@@ -9,7 +9,8 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use crate::server::route::{offsets_by_topic, pack_epochs, OffsetOp};
+use crate::server::route::{on_leaders_by_topic, EpochEnds};
+use crate::shard::partition_service::epoch_ends::EpochQuery;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
@@ -28,14 +29,17 @@ pub async fn handle(
                     .map(|p| {
                         (
                             p.partition,
-                            pack_epochs(p.current_leader_epoch, p.leader_epoch),
+                            EpochQuery {
+                                current_leader_epoch: p.current_leader_epoch,
+                                leader_epoch: p.leader_epoch,
+                            },
                         )
                     })
                     .collect(),
             )
         })
         .collect();
-    let results = offsets_by_topic(ctx, OffsetOp::EpochEnd, wanted).await;
+    let results = on_leaders_by_topic::<EpochEnds>(ctx, wanted).await;
     let topics = req
         .topics
         .into_iter()
@@ -49,12 +53,8 @@ pub async fn handle(
                     EpochEndOffset::default()
                         .with_error_code(r.code())
                         .with_partition(p.partition)
-                        .with_leader_epoch(if r.error.is_some() {
-                            -1
-                        } else {
-                            r.timestamp as i32
-                        })
-                        .with_end_offset(r.offset)
+                        .with_leader_epoch(r.leader_epoch)
+                        .with_end_offset(r.end_offset)
                 })
                 .collect();
             OffsetForLeaderTopicResult::default()

@@ -116,26 +116,26 @@ pub(super) fn tick_leaders(ctx: &Rc<ShardCtx>) {
     }
 }
 
-/// The OffsetForLeaderEpoch answer of a leader for one partition: (error, epoch, end offset).
+/// The OffsetForLeaderEpoch answer of a leader for one partition: the epoch found at or below
+/// `requested` and the offset where it ends.
 pub fn epoch_end(
     ctx: &ShardCtx,
     tp: &TopicPartition,
     current_leader_epoch: i32,
     requested: i32,
-) -> (Option<ErrorCode>, i32, i64) {
+) -> Result<(i32, i64), ErrorCode> {
     match ctx.replicas.roles.borrow().get(tp) {
         Some(Role::Leader(l)) => {
             let ours = l.state.leader_epoch();
             if current_leader_epoch >= 0 && current_leader_epoch < ours {
-                return (Some(ErrorCode::FencedLeaderEpoch), -1, -1);
+                return Err(ErrorCode::FencedLeaderEpoch);
             }
             if current_leader_epoch > ours {
-                return (Some(ErrorCode::UnknownLeaderEpoch), -1, -1);
+                return Err(ErrorCode::UnknownLeaderEpoch);
             }
-            let (e, o) = l.partition.end_offset_for_epoch(requested);
-            (None, e, o)
+            Ok(l.partition.end_offset_for_epoch(requested))
         }
-        Some(Role::Follower(_)) => (Some(ErrorCode::NotLeaderOrFollower), -1, -1),
-        None => (Some(ErrorCode::UnknownTopicOrPartition), -1, -1),
+        Some(Role::Follower(_)) => Err(ErrorCode::NotLeaderOrFollower),
+        None => Err(ErrorCode::UnknownTopicOrPartition),
     }
 }
