@@ -111,6 +111,23 @@ async fn read_charged<R: futures::AsyncRead + Unpin>(
     Ok(n)
 }
 
+/// After a read's whole frames were decoded: tells the idle watch what the read brought and
+/// splits off the charge of the bytes those frames took, which goes with their records; what
+/// stays in the buffer (`left`, a partial frame) stays charged to the connection.
+fn settle_read(
+    ctx: &ShardCtx,
+    watch: &RefCell<ReadWatch>,
+    held: &mut Charge,
+    left: usize,
+    got_frames: bool,
+) -> Rc<Charge> {
+    watch
+        .borrow_mut()
+        .handle_read(ctx.shared.clock.monotonic_ms(), got_frames, left);
+    let consumed = held.bytes().saturating_sub(left);
+    Rc::new(held.split(consumed))
+}
+
 /// One syslog message: mapped, routed, added to its partition's batch.
 async fn submit_message(
     ctx: &ShardCtx,
@@ -178,15 +195,7 @@ async fn serve_tcp(
                 Err(e) => return Err(e.to_string()),
             }
         }
-        watch.borrow_mut().handle_read(
-            ctx.shared.clock.monotonic_ms(),
-            !frames.is_empty(),
-            buf.len(),
-        );
-        // The bytes of the frames taken go with their records; what stays in `buf` (a
-        // partial frame) stays charged to the connection.
-        let consumed = held.bytes().saturating_sub(buf.len());
-        let charge = Rc::new(held.split(consumed));
+        let charge = settle_read(ctx, &watch, &mut held, buf.len(), !frames.is_empty());
         for f in frames.drain(..) {
             submit_message(ctx, batcher, settings, f, peer, Some(&charge), None).await;
         }
@@ -279,13 +288,7 @@ async fn serve_relp(
                     }
                 }
             }
-            watch.borrow_mut().handle_read(
-                ctx.shared.clock.monotonic_ms(),
-                !frames.is_empty(),
-                buf.len(),
-            );
-            let consumed = held.bytes().saturating_sub(buf.len());
-            let charge = Rc::new(held.split(consumed));
+            let charge = settle_read(ctx, &watch, &mut held, buf.len(), !frames.is_empty());
             for frame in frames.drain(..) {
                 let action = session.borrow_mut().handle(frame);
                 let out = match action {
