@@ -360,11 +360,7 @@ impl Partition {
             seg.time_index.maybe_push(seg.max_timestamp, rel);
         }
 
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         let unchanged = {
             let inner = self.inner.borrow();
             inner.log_generation == generation

@@ -61,11 +61,7 @@ impl Partition {
         if needed <= bound {
             return Ok(());
         }
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         if needed > self.gaps_below() {
             self.set_gaps_below_locked(needed).await?;
         }

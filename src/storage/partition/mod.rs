@@ -475,6 +475,16 @@ impl Partition {
         self.inner.borrow().max_timestamp
     }
 
+    /// Takes the metadata lock, which serialises the structural changes of the log
+    /// (truncation, DeleteRecords, retention, cleaning swaps, snapshots). The semaphore
+    /// fails only if closed, which reads as the partition being closed.
+    async fn lock_meta(&self) -> Result<glommio::sync::Permit<'_>, Error> {
+        self.meta_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)
+    }
+
     pub fn set_config(&self, config: LogConfig) {
         if let Err(e) = self.try_set_config(config) {
             tracing::warn!(error = %e, dir = %self.dir.display(), "ignoring invalid log config");
@@ -540,11 +550,7 @@ impl Partition {
 
     async fn write_close_state(&self) -> Result<(), Error> {
         // Serialise with DeleteRecords/retention, which write the same log start file.
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         let (base, index, time_index, snapshot, log_start) = {
             let mut inner = self.inner.borrow_mut();
             if let Some(e) = &inner.failed {

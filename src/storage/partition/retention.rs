@@ -31,11 +31,7 @@ impl Partition {
     /// DeleteRecords: raises the log start to `before_offset` (-1 means the high watermark),
     /// persists it, deletes whole segments below it. Returns the new log start.
     pub async fn delete_records(&self, before_offset: i64) -> Result<i64, Error> {
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         let (new_start, doomed) = {
             let mut inner = self.inner.borrow_mut();
             inner.check_open()?;
@@ -70,11 +66,7 @@ impl Partition {
 
     /// Retention by time and size (never the active segment), plus rolling by segment.ms.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<(), Error> {
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         let (new_start, doomed) = {
             let mut inner = self.inner.borrow_mut();
             inner.check_open()?;

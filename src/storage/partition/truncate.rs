@@ -112,11 +112,7 @@ impl Partition {
     /// come back; before that point nothing was removed. After an I/O error the partition is
     /// poisoned (the on-disk state is whatever recovery will make of it).
     pub async fn truncate_to(&self, offset: i64) -> Result<i64, Error> {
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         {
             let inner = self.inner.borrow();
             inner.check_open()?;
@@ -280,11 +276,7 @@ impl Partition {
     /// empty epoch cache and producer state). Crash-safe through `truncate-fully.intent`,
     /// which recovery finishes if a crash interrupts this.
     pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), Error> {
-        let _permit = self
-            .meta_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = self.lock_meta().await?;
         {
             let inner = self.inner.borrow();
             inner.check_open()?;
