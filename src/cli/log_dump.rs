@@ -1,6 +1,8 @@
-//! `strata log dump`: prints the records stored in one partition directory, read straight
-//! from its segment files (like Kafka's kafka-dump-log.sh). It needs no running broker, so
-//! tests can compare replicas byte for byte after a cluster is stopped.
+//! `strata log dump`: prints the records stored in one partition directory, or in one
+//! segment file, read straight from the files (like Kafka's kafka-dump-log.sh). It needs no
+//! running broker, so tests can compare replicas byte for byte after a cluster is stopped.
+//! `--keys` prints only each record's offset and key (and whether it is a tombstone): what
+//! the cleaner keeps of a compacted log is visible at a glance.
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -11,12 +13,17 @@ use crate::protocol::record_batch::BatchIter;
 
 #[derive(clap::Args, Debug)]
 pub struct LogDumpArgs {
-    /// A partition directory, `<data-dir>/<topic>-<partition>`.
+    /// A partition directory, `<data-dir>/<topic>-<partition>`, or one of its segment
+    /// files (`<base offset>.log`).
     #[arg(long, value_name = "PATH")]
     pub dir: PathBuf,
     /// One JSON object per record: offset, leader_epoch, key and value (base64 or null).
     #[arg(long)]
     pub json: bool,
+    /// Only each record's offset and key, and `tombstone` for a null value (with --json:
+    /// offset, key and tombstone).
+    #[arg(long)]
+    pub keys: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -32,6 +39,9 @@ pub fn run(cmd: LogCommand) -> anyhow::Result<()> {
 }
 
 fn segment_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if dir.is_file() {
+        return Ok(vec![dir.to_path_buf()]);
+    }
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -44,6 +54,11 @@ fn segment_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 fn dump(args: &LogDumpArgs) -> anyhow::Result<()> {
     let b64 = base64::engine::general_purpose::STANDARD;
+    let printable = |b: &Option<Bytes>| {
+        b.as_ref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_else(|| "null".into())
+    };
     let text = |b: &Option<Bytes>| match b {
         None => serde_json::Value::Null,
         Some(b) => serde_json::Value::String(b64.encode(b)),
@@ -62,7 +77,23 @@ fn dump(args: &LogDumpArgs) -> anyhow::Result<()> {
                     format!("decoding the batch at byte {at} of {}", file.display())
                 })?;
             for r in records {
-                if args.json {
+                if args.keys && args.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "offset": r.offset,
+                            "key": text(&r.key),
+                            "tombstone": r.value.is_none(),
+                        })
+                    );
+                } else if args.keys {
+                    println!(
+                        "offset {} key {}{}",
+                        r.offset,
+                        printable(&r.key),
+                        if r.value.is_none() { " tombstone" } else { "" }
+                    );
+                } else if args.json {
                     println!(
                         "{}",
                         serde_json::json!({
@@ -77,14 +108,8 @@ fn dump(args: &LogDumpArgs) -> anyhow::Result<()> {
                         "offset {} epoch {} key {} value {}",
                         r.offset,
                         header.partition_leader_epoch,
-                        r.key
-                            .as_ref()
-                            .map(|k| String::from_utf8_lossy(k).into_owned())
-                            .unwrap_or_else(|| "null".into()),
-                        r.value
-                            .as_ref()
-                            .map(|v| String::from_utf8_lossy(v).into_owned())
-                            .unwrap_or_else(|| "null".into()),
+                        printable(&r.key),
+                        printable(&r.value),
                     );
                 }
             }

@@ -207,16 +207,32 @@ fn describe(client: &mut Client, name: &str, all_configs: bool) -> anyhow::Resul
             Err(_) => "?".to_owned(),
         }
     };
+    // Compacted logs only; a broker without DescribeLogDirs just shows none.
+    let cleaner = client
+        .describe_cleaner(name, &partitions)
+        .unwrap_or_default();
     for p in &info.partitions {
+        let cleaner_text =
+            cleaner
+                .iter()
+                .find(|c| c.partition == p.partition)
+                .map_or(String::new(), |c| {
+                    format!(
+                        "\tDirtyRatio: {:.3}\tCleanerCheckpoint: {}",
+                        c.dirty_ratio,
+                        c.checkpoint.map_or("none".to_owned(), |o| o.to_string())
+                    )
+                });
         writeln!(
             out,
-            "\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLogEndOffset: {}{}",
+            "\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}\tLogStartOffset: {}\tLogEndOffset: {}{}{}",
             p.partition,
             p.leader,
             join(&p.replicas),
             join(&p.isr),
             lookup(&starts, p.partition),
             lookup(&ends, p.partition),
+            cleaner_text,
             if p.offline_replicas.is_empty() {
                 String::new()
             } else {

@@ -5,12 +5,13 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest, TopicName,
+    DescribeLogDirsRequest, IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -24,6 +25,16 @@ const CONFIG_OP_SET: i8 = 0;
 const CONFIG_OP_DELETE: i8 = 1;
 /// How long the broker may take to finish an admin operation.
 const ADMIN_TIMEOUT_MS: i32 = 30_000;
+
+/// A compacted partition's cleaner state, as its leader reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerInfo {
+    pub partition: i32,
+    /// cleanable bytes / (clean + cleanable bytes).
+    pub dirty_ratio: f64,
+    /// Where the cleaner's last pass ended; `None` before the first pass.
+    pub checkpoint: Option<i64>,
+}
 
 /// Where a config value comes from (DescribeConfigs `config_source`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +190,48 @@ impl Client {
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
+    }
+
+    /// The cleaner state of each of `partitions` of topic `name` that is compacted, as its
+    /// leader reports it (DescribeLogDirs with Strata's tagged fields; see
+    /// `protocol::DIRTY_RATIO_TAG`). A broker that does not send them gives no entry.
+    pub fn describe_cleaner(&mut self, name: &str, partitions: &[i32]) -> Result<Vec<CleanerInfo>> {
+        let groups = self.group_by_leader(name, partitions.iter().copied())?;
+        let mut out = Vec::new();
+        for (leader, partitions) in groups {
+            let conn = self.broker(leader)?;
+            let version = conn.version_for::<DescribeLogDirsRequest>(None)?;
+            // The tagged fields exist from v2.
+            if version < 2 {
+                continue;
+            }
+            let request = DescribeLogDirsRequest::default().with_topics(Some(vec![
+                DescribableLogDirTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(name.to_owned())))
+                    .with_partitions(partitions),
+            ]));
+            let response = conn.send(&request, version)?;
+            for dir in response.results {
+                for t in dir.topics.iter().filter(|t| t.name.0.as_str() == name) {
+                    for p in &t.partitions {
+                        let tag = |n| {
+                            p.unknown_tagged_fields
+                                .get(&n)
+                                .and_then(|b| crate::protocol::decode_tag_8(b))
+                        };
+                        if let Some(ratio) = tag(crate::protocol::DIRTY_RATIO_TAG) {
+                            out.push(CleanerInfo {
+                                partition: p.partition_index,
+                                dirty_ratio: f64::from_be_bytes(ratio),
+                                checkpoint: tag(crate::protocol::CLEANER_CHECKPOINT_TAG)
+                                    .map(i64::from_be_bytes),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Sets `set` and removes `delete` from topic `name`'s configs, leaving the rest alone.

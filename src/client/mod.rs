@@ -33,7 +33,7 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-pub use admin::{ConfigEntry, ConfigSource};
+pub use admin::{CleanerInfo, ConfigEntry, ConfigSource};
 pub use cluster::{OngoingReassignment, PartitionOutcome, ReassignmentTarget};
 pub use connection::{Connection, Timeouts};
 pub use error::{error_code_name, ClientError, Result};

@@ -20,6 +20,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    // Replica sizes; Strata's tagged fields add a compacted log's cleaner state (v2+).
+    (ApiKey::DescribeLogDirs, 1, 4),
     // Kafka 4's admin client describes topics with it (Metadata only as a fallback).
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // Cluster administration, served by the active controller. AlterPartitionReassignments

@@ -25,3 +25,16 @@ pub fn encode_offline_reasons(reasons: &std::collections::BTreeMap<i32, String>)
 pub fn decode_offline_reasons(bytes: &[u8]) -> std::collections::BTreeMap<i32, String> {
     serde_json::from_slice(bytes).unwrap_or_default()
 }
+
+/// The tagged fields Strata adds to a DescribeLogDirs response partition (v2+) of a
+/// compacted log, read by `strata topic describe`: the cleaner's dirty ratio (an f64,
+/// big-endian) and its checkpoint, where the last pass ended (an i64, big-endian; absent
+/// before the first pass). Kafka shows neither on the wire; clients skip unknown tags.
+pub const DIRTY_RATIO_TAG: i32 = 0x5355;
+/// See [`DIRTY_RATIO_TAG`].
+pub const CLEANER_CHECKPOINT_TAG: i32 = 0x5356;
+
+/// Decodes an 8-byte big-endian tag value; anything else from the network gives `None`.
+pub fn decode_tag_8(bytes: &[u8]) -> Option<[u8; 8]> {
+    <[u8; 8]>::try_from(bytes).ok()
+}

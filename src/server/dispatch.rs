@@ -164,6 +164,13 @@ pub async fn dispatch(
                 &handlers::incremental_alter_configs::handle(ctx, version, req).await,
             )
         }
+        ApiKey::DescribeLogDirs => {
+            let req: DescribeLogDirsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::describe_log_dirs::handle(ctx, version, req).await,
+            )
+        }
         ApiKey::DescribeCluster => {
             let req: DescribeClusterRequest = decode_body(&raw)?;
             respond(&raw, &handlers::describe_cluster::handle(ctx, version, req))

@@ -10,6 +10,7 @@ use futures::future::LocalBoxFuture;
 
 use super::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
 use super::partition_service::fetch::{FetchPart, FetchResult};
+use super::partition_service::log_dirs::LogDirResult;
 use super::partition_service::produce::ProduceResult;
 use super::partition_service::{self as service, OffsetResult};
 use super::{ShardCtx, TopicPartition};
@@ -44,6 +45,10 @@ pub enum ShardOp {
     EpochEnds {
         parts: Vec<(TopicPartition, EpochQuery)>,
     },
+    /// DescribeLogDirs: each local replica's size and cleaner state.
+    LogDirs {
+        parts: Vec<TopicPartition>,
+    },
     OpenPartitions {
         topic: String,
         partitions: Vec<i32>,
@@ -71,6 +76,7 @@ pub enum ShardReply {
     DataReady,
     Offsets(Vec<OffsetResult>),
     EpochEnds(Vec<EpochEndResult>),
+    LogDirs(Vec<LogDirResult>),
     Done(Result<(), String>),
     Group(super::groups::GroupReply),
     /// The target shard is gone (shutting down).
@@ -106,6 +112,11 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
         ShardOp::EpochEnds { parts } => {
             Box::pin(
                 async move { ShardReply::EpochEnds(service::epoch_ends::epoch_ends(&ctx, parts)) },
+            )
+        }
+        ShardOp::LogDirs { parts } => {
+            Box::pin(
+                async move { ShardReply::LogDirs(service::log_dirs::describe(&ctx, parts).await) },
             )
         }
         ShardOp::DeleteRecords { parts } => Box::pin(async move {

@@ -57,7 +57,7 @@ pub use budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 pub use config::{CleanupPolicy, CompressionType, FlushPolicy, LogConfig, TimestampType};
 pub use file_io::{DmaFileSystem, FileSystem, IoFuture, SegmentFile};
 pub use partition::{
-    AppendOutcome, CleanReport, CleanerThrottle, HwMode, Partition, ReadOutcome,
+    AppendOutcome, CleanReport, CleanerState, CleanerThrottle, HwMode, Partition, ReadOutcome,
     ReplicaAppendOutcome, TimestampOffset,
 };
 pub use space::DiskSpace;

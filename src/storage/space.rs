@@ -78,6 +78,10 @@ impl DiskSpace {
     pub fn free_bytes(&self) -> u64 {
         self.free.load(Ordering::Relaxed)
     }
+    /// Size of the filesystem at the last poll (`u64::MAX` when it could not be measured).
+    pub fn total_bytes(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
     pub fn reserve_bytes(&self) -> u64 {
         self.reserve.load(Ordering::Relaxed)
     }

@@ -1,7 +1,8 @@
 //! The partition service: what a shard does to the partitions it owns, on behalf of a
 //! request that may have arrived on any shard (the mesh brings it here as a `ShardOp`).
 //! One file per concern: produce (validate, append with staging waits, acks), fetch and the
-//! long-poll wait, list offsets (timestamp lookup), delete records, leader-epoch ends, and
+//! long-poll wait, list offsets (timestamp lookup), delete records, leader-epoch ends, log
+//! dirs (size and cleaner state), and
 //! the partitions' lifecycle (open, drop, reconfigure).
 //!
 //! Every operation answers per partition, in the order it was asked, with the error code a
@@ -11,6 +12,7 @@ pub mod epoch_ends;
 pub mod fetch;
 pub mod lifecycle;
 pub mod list_offsets;
+pub mod log_dirs;
 pub mod produce;
 
 use std::rc::Rc;

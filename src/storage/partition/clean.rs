@@ -416,3 +416,30 @@ impl Partition {
         Ok(true)
     }
 }
+
+/// What an operator sees of a compacted log (`strata topic describe`, via DescribeLogDirs):
+/// the dirty ratio the cleaner compares with `min.cleanable.dirty.ratio`, and its checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerState {
+    /// cleanable bytes / (clean + cleanable bytes), as the cleaner computes it now.
+    pub dirty_ratio: f64,
+    /// Where the last pass ended (the first dirty offset); `None` before the first pass.
+    pub checkpoint: Option<i64>,
+}
+
+impl Partition {
+    /// This log's cleaner state; `None` unless it is compacted.
+    pub async fn cleaner_state(&self, now_ms: i64) -> Option<CleanerState> {
+        self.load_cleaner_checkpoint().await;
+        let (cleanable, _) = self.cleanable(now_ms)?;
+        Some(CleanerState {
+            dirty_ratio: cleanable.dirty_ratio(),
+            checkpoint: self.cleaner_checkpoint.get(),
+        })
+    }
+
+    /// Bytes of the log's segment files (DescribeLogDirs' partition size).
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.borrow().segments.values().map(|s| s.size).sum()
+    }
+}

@@ -72,7 +72,7 @@ use super::{Error, FlushPolicy, LogConfig};
 use crate::limits::PARTITION_RESIDENT_BYTES;
 use crate::replication::epoch_cache::EpochCache;
 
-pub use clean::{CleanReport, CleanerThrottle};
+pub use clean::{CleanReport, CleanerState, CleanerThrottle};
 pub use read::TimestampOffset;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
