@@ -197,6 +197,11 @@ impl Error {
 pub enum AppendError {
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u32 },
+    /// Kafka's RecordBatchTooLargeException: a batch must fit a segment, or `segment.bytes`
+    /// would not bound segments (a batch bigger than it would fill a segment of its own, and
+    /// on a compacted topic keep that segment active, never cleaned).
+    #[error("batch of {size} bytes exceeds segment.bytes {max}")]
+    RecordListTooLarge { size: usize, max: u64 },
     #[error("out of order sequence for producer {producer_id} epoch {epoch}: got {first_seq}, last {last_seq:?}")]
     OutOfOrderSequence {
         producer_id: i64,
@@ -267,6 +272,7 @@ impl AppendError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             AppendError::MessageTooLarge { .. } => ErrorCode::MessageTooLarge,
+            AppendError::RecordListTooLarge { .. } => ErrorCode::RecordListTooLarge,
             AppendError::CorruptMessage(_) => ErrorCode::CorruptMessage,
             // Kafka's InvalidRecordException: not retriable, so a producer does not resend a
             // bomb; a payload its codec cannot read is corrupt.

@@ -801,10 +801,11 @@ mod model {
     }
 }
 
-/// Rolling by segment.index.bytes (index full) and by a batch bigger than segment.bytes
-/// (it gets a segment of its own); every offset still reads back after a restart.
+/// Rolling by segment.index.bytes (index full); a batch bigger than segment.bytes is refused
+/// with RECORD_LIST_TOO_LARGE (Kafka's RecordBatchTooLargeException) and changes nothing;
+/// every offset still reads back after a restart.
 #[test]
-fn roll_by_index_full_and_oversized_batch() {
+fn roll_by_index_full_and_oversized_batch_refused() {
     run(|| async {
         let dir = test_dir();
         let config = LogConfig {
@@ -826,7 +827,21 @@ fn roll_by_index_full_and_oversized_batch() {
             segment_bytes: 1000,
             ..config.clone()
         });
-        let b = plain(1, 99, 5000);
+        let end = p.log_end_offset();
+        let refused = p.append(plain(1, 99, 5000), 0);
+        assert!(
+            matches!(
+                refused,
+                Err(AppendError::RecordListTooLarge { max: 1000, .. })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.map_err(|e| e.error_code()).err(),
+            Some(crate::protocol::error::ErrorCode::RecordListTooLarge)
+        );
+        assert_eq!(p.log_end_offset(), end, "a refused batch appends nothing");
+        let b = plain(1, 99, 500);
         let out = p.append(b.clone(), 0).unwrap();
         model.push((out.base_offset, stored(&b, out.base_offset)));
         p.wait_durable(out.last_offset).await.unwrap();

@@ -43,8 +43,10 @@ def write_random(bootstrap: str, topic: str, seed: int) -> dict[bytes, bytes | N
     rng = random.Random(seed)
     last: dict[bytes, bytes | None] = {}
     for codec in ["none", "gzip", "snappy", "lz4", "zstd"]:
+        # Batches under segment.bytes: a bigger one is refused (RECORD_LIST_TOO_LARGE).
         p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
-                      "linger.ms": 5, "enable.idempotence": True})
+                      "linger.ms": 5, "batch.size": SEGMENT_BYTES // 2,
+                      "enable.idempotence": True})
         for _ in range(WRITES // 5):
             key = f"key-{rng.randrange(KEYS)}".encode()
             value = None if rng.random() < 0.1 else f"v{rng.random()}".encode() * 3

@@ -122,6 +122,13 @@ impl Partition {
                     max,
                 });
             }
+            let segment_bytes = inner.config.segment_bytes;
+            if input.len() as u64 > segment_bytes {
+                return Err(AppendError::RecordListTooLarge {
+                    size: input.len(),
+                    max: segment_bytes,
+                });
+            }
         }
         let charge = self
             .charge(input.len())
@@ -286,6 +293,10 @@ impl Partition {
     /// reaches the cache.
     /// `now_ms` is wall-clock time, read by the caller's clock as for `append`: it only
     /// decides time-based segment rolls (`segment.ms`).
+    ///
+    /// Unlike `append`, a batch bigger than `segment.bytes` is taken (into a segment of its
+    /// own): the leader accepted it, perhaps under an older config, and a follower mirrors
+    /// the leader's log rather than stall on it.
     pub fn append_replica(
         &self,
         batches: Bytes,
