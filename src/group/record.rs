@@ -11,8 +11,9 @@
 //!   [bytes subscription][bytes assignment])`.
 //!
 //! Strings are i16-length-prefixed (-1 = null), bytes i32-length-prefixed. A null record
-//! value is a tombstone (offset deleted, group deleted). The log is not compacted yet (storage
-//! has no compaction): replay reads every record and the last write for a key wins.
+//! value is a tombstone (offset deleted, group deleted). The log is compacted (the cleaner
+//! keeps the last record per key and drops tombstones after delete.retention.ms); replay
+//! reads whatever is left, in offset order, and the last write for a key wins.
 //!
 //! Decoding never trusts the bytes: every read is bounds-checked and returns `RecordError`.
 use bytes::{BufMut, Bytes, BytesMut};

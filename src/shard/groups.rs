@@ -472,12 +472,13 @@ fn offsets_topic_request(
     rf: i16,
 ) -> crate::cluster::controller::ControllerRequest {
     let mut configs = std::collections::BTreeMap::new();
-    // Kafka makes this topic compacted. Storage has no compaction yet, so instead the log
-    // keeps every record forever (time retention would drop live offsets) and replay takes
-    // the last write per key.
-    configs.insert("retention.ms".to_string(), "-1".to_string());
-    // Small segments: group records are small, and every partition preallocates one
-    // segment's extent at start.
+    // Compacted, as Kafka makes it: the cleaner keeps the last record per key (a group's
+    // metadata, a group's offset for one partition) and drops tombstones after
+    // delete.retention.ms, so replay reads the live groups, not their history. Time
+    // retention does not apply (the policy has no `delete`): it would drop live offsets.
+    configs.insert(CLEANUP_POLICY.to_string(), COMPACT.to_string());
+    // Small segments: group records are small, every partition preallocates one segment's
+    // extent at start, and only closed segments are cleaned.
     configs.insert(
         "segment.bytes".to_string(),
         OFFSETS_SEGMENT_BYTES.to_string(),
@@ -491,6 +492,56 @@ fn offsets_topic_request(
             configs,
         }],
         validate_only: false,
+    }
+}
+
+const CLEANUP_POLICY: &str = "cleanup.policy";
+const COMPACT: &str = "compact";
+
+/// The overrides an existing `__consumer_offsets` gets so it is compacted, or `None` if it
+/// already is. A topic created before it was compacted (by an older Strata, which kept
+/// every record with retention.ms=-1) or altered since is put back: the coordinator's
+/// load time must not grow with history, so the broker forces the policy of its own
+/// internal topic, keeping every other override.
+fn offsets_topic_compacted(
+    current: &std::collections::BTreeMap<String, String>,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    if current.get(CLEANUP_POLICY).map(String::as_str) == Some(COMPACT) {
+        return None;
+    }
+    let mut configs = current.clone();
+    configs.insert(CLEANUP_POLICY.to_string(), COMPACT.to_string());
+    Some(configs)
+}
+
+/// The AlterTopicConfigs request that makes an existing `__consumer_offsets` compacted, if
+/// it is not yet (see `offsets_topic_compacted`).
+fn offsets_topic_alter_request(
+    catalog: &crate::cluster::catalog::Catalog,
+) -> Option<crate::cluster::controller::ControllerRequest> {
+    let topic = catalog.topic(OFFSETS_TOPIC)?;
+    let configs = offsets_topic_compacted(&topic.configs)?;
+    Some(
+        crate::cluster::controller::ControllerRequest::AlterTopicConfigs {
+            topic: OFFSETS_TOPIC.to_string(),
+            configs,
+        },
+    )
+}
+
+fn offsets_topic_altered(
+    answer: Result<
+        crate::cluster::controller::ControllerResponse,
+        crate::cluster::quorum::QuorumError,
+    >,
+) {
+    match answer {
+        Ok(crate::cluster::controller::ControllerResponse::AlterTopicConfigs { status })
+            if status.error_code == 0 =>
+        {
+            info!("__consumer_offsets is now compacted (cleanup.policy=compact)");
+        }
+        other => warn!("cannot make __consumer_offsets compacted, will retry: {other:?}"),
     }
 }
 
@@ -519,6 +570,11 @@ fn offsets_topic_created(
 pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
     let catalog = ctx.shared.catalog.load();
     if catalog.topic(OFFSETS_TOPIC).is_some() {
+        // A topic that is not compacted yet is altered; groups are served meanwhile (its
+        // records are the same either way).
+        if let Some(req) = offsets_topic_alter_request(&catalog) {
+            offsets_topic_altered(ctx.shared.quorum.request(req).await);
+        }
         return Ok(());
     }
     let live = catalog.live_brokers().count();
@@ -534,7 +590,11 @@ pub fn ensure_offsets_topic_at_start(
     catalog: &crate::cluster::catalog::CatalogStore,
     config: &crate::config::Config,
 ) -> Result<(), ErrorCode> {
-    if catalog.load().topic(OFFSETS_TOPIC).is_some() {
+    let current = catalog.load();
+    if current.topic(OFFSETS_TOPIC).is_some() {
+        if let Some(req) = offsets_topic_alter_request(&current) {
+            offsets_topic_altered(quorum.request_blocking(req));
+        }
         return Ok(());
     }
     offsets_topic_created(quorum.request_blocking(offsets_topic_request(config, 1)))
@@ -677,5 +737,55 @@ pub async fn ticker(ctx: Rc<ShardCtx>) {
         for w in run_outputs(&ctx, out) {
             glommio::spawn_local(w).detach();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// A new `__consumer_offsets` is created compacted; an existing one that is not (an older
+    /// Strata's retention.ms=-1 topic, or one altered to delete) gets cleanup.policy=compact
+    /// with its other overrides kept, and one already compacted is left alone.
+    #[test]
+    fn offsets_topic_is_created_and_forced_compacted() {
+        let config = crate::config::Config::default();
+        let crate::cluster::controller::ControllerRequest::CreateTopics { topics, .. } =
+            offsets_topic_request(&config, 3)
+        else {
+            panic!("a CreateTopics request");
+        };
+        let created = &topics.first().expect("one topic").configs;
+        assert_eq!(
+            created.get("cleanup.policy").map(String::as_str),
+            Some("compact")
+        );
+        assert_eq!(offsets_topic_compacted(created), None);
+
+        let old: BTreeMap<String, String> = [
+            ("retention.ms".to_string(), "-1".to_string()),
+            ("segment.bytes".to_string(), "1048576".to_string()),
+        ]
+        .into();
+        let forced = offsets_topic_compacted(&old).expect("altered");
+        assert_eq!(
+            forced.get("cleanup.policy").map(String::as_str),
+            Some("compact")
+        );
+        assert_eq!(forced.get("retention.ms").map(String::as_str), Some("-1"));
+        assert_eq!(
+            forced.get("segment.bytes").map(String::as_str),
+            Some("1048576")
+        );
+
+        let deleting: BTreeMap<String, String> =
+            [("cleanup.policy".to_string(), "delete".to_string())].into();
+        let forced = offsets_topic_compacted(&deleting).expect("altered");
+        assert_eq!(
+            forced.get("cleanup.policy").map(String::as_str),
+            Some("compact")
+        );
     }
 }
