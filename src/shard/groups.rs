@@ -7,7 +7,9 @@
 //!   by `RequestId` until the state machine emits them;
 //! - appends the records the state machine asks for to the local `__consumer_offsets`
 //!   partition, and acknowledges an OffsetCommit only after `wait_durable` of its batch (the
-//!   same flush policy as produce); the offsets become visible only then;
+//!   same flush policy as produce); the offsets become visible only then. A log without
+//!   room (the shard's memory budget or the log's staging buffer full) makes the append
+//!   wait, bounded by `GROUP_COMMIT_TIMEOUT`, as a producer's would, not fail;
 //! - replays this shard's `__consumer_offsets` partitions at start-up before any group request
 //!   is served (until then: COORDINATOR_LOAD_IN_PROGRESS);
 //! - runs one ticker task advancing the coordinator's timers.
@@ -15,9 +17,9 @@
 //! RefCell borrows of the coordinator are confined to small synchronous blocks; none is held
 //! across an `.await`.
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
@@ -37,7 +39,7 @@ use crate::group::{
     HeartbeatArgs, JoinArgs, JoinResult, LeaveMember, LeaveResult, LogRecord, Output, RequestId,
     SyncArgs, SyncResult, OFFSETS_TOPIC,
 };
-use crate::storage::Partition;
+use crate::storage::{AppendError, Partition};
 
 /// How often the coordinator's timers advance; session and rebalance timeouts are seconds,
 /// so 100 ms is precise enough and cheap.
@@ -53,6 +55,10 @@ const OFFSETS_SEGMENT_BYTES: u64 = 1024 * 1024;
 /// How long the coordinator waits for its records to reach the in-sync replicas (Kafka's
 /// offsets.commit.timeout.ms).
 const GROUP_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// Group appends one shard lets wait for room in their logs (see `append`); past it an append
+/// fails at once (the commit answers COORDINATOR_NOT_AVAILABLE and the client retries).
+const GROUP_APPENDS_WAITING_MAX: usize = 10_000;
 
 /// Bytes read per step while replaying a partition.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
@@ -108,6 +114,19 @@ pub struct GroupShard {
     /// `__consumer_offsets` partitions this shard coordinates (it leads them): `false` while
     /// their groups are still being loaded from the log.
     led: RefCell<HashMap<i32, bool>>,
+    /// Per `__consumer_offsets` partition, the appends waiting for room in its log, oldest
+    /// first (see `append`). A partition is here only while its queue is not empty and its
+    /// drainer task runs.
+    waiting_appends: RefCell<HashMap<i32, VecDeque<WaitingAppend>>>,
+}
+
+/// A group append the log refused for want of room (its staging buffer or the shard's
+/// memory budget was full): the drainer appends it once there is room, before `deadline`,
+/// and sends the batch's last offset (or `None`: it failed).
+struct WaitingAppend {
+    batch: Bytes,
+    deadline: Instant,
+    done: oneshot::Sender<Option<i64>>,
 }
 
 impl GroupShard {
@@ -117,6 +136,7 @@ impl GroupShard {
             waiters: RefCell::new(HashMap::new()),
             next_request: Cell::new(1),
             led: RefCell::new(HashMap::new()),
+            waiting_appends: RefCell::new(HashMap::new()),
         }
     }
 
@@ -388,6 +408,12 @@ fn answer(ctx: &ShardCtx, id: RequestId, reply: GroupReply) {
 /// Encodes `records` as one batch and appends it to `__consumer_offsets`-`partition` now (so
 /// appends keep the order of the state machine's decisions); the returned future resolves
 /// once the batch is durable (`false` on failure).
+///
+/// When the log has no room (its staging buffer or the shard's memory budget is full, as
+/// under a produce load that outruns the disk), the batch waits for room, as a producer's
+/// does, for at most `GROUP_COMMIT_TIMEOUT`, instead of failing the commit: it joins the
+/// partition's queue of waiting appends, and so does every later append of the partition
+/// until the queue is empty, so the log keeps the decisions' order.
 fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<DurableWait> {
     let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
         warn!(
@@ -405,28 +431,142 @@ fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<D
             return None;
         }
     };
-    match p.append(batch, now) {
-        Ok(o) => {
-            let last = o.last_offset;
-            let tp = super::TopicPartition {
-                topic: OFFSETS_TOPIC.to_string(),
-                partition,
-            };
-            super::replica::on_local_append(ctx, &tp);
-            Some(Box::pin(async move {
-                if let Err(e) = p.wait_durable(last).await {
-                    warn!(partition, "group records not durable: {e}");
-                    return false;
-                }
-                // Committed means on every in-sync replica, as Kafka's acks=-1 appends of
-                // the coordinator: a new coordinator must find what this one acknowledged.
-                let deadline = std::time::Instant::now() + GROUP_COMMIT_TIMEOUT;
-                super::replica::wait_committed(&p, last, deadline).await
-            }))
+    let batch = batch.freeze();
+    let queued = ctx.groups.waiting_appends.borrow().contains_key(&partition);
+    if !queued {
+        match p.append(&batch, now) {
+            Ok(o) => {
+                appended_locally(ctx, partition);
+                return Some(Box::pin(committed(p, partition, o.last_offset)));
+            }
+            Err(AppendError::Backpressure { .. }) => {}
+            Err(e) => {
+                warn!(partition, "cannot append group records: {e}");
+                return None;
+            }
         }
-        Err(e) => {
+    }
+    let appended = wait_for_room(ctx, partition, batch)?;
+    Some(Box::pin(async move {
+        match appended.await {
+            Ok(Some(last)) => committed(p, partition, last).await,
+            _ => false,
+        }
+    }))
+}
+
+fn appended_locally(ctx: &Rc<ShardCtx>, partition: i32) {
+    let tp = super::TopicPartition {
+        topic: OFFSETS_TOPIC.to_string(),
+        partition,
+    };
+    super::replica::on_local_append(ctx, &tp);
+}
+
+/// Resolves once the group batch ending at `last` is durable and on every in-sync replica.
+async fn committed(p: Rc<Partition>, partition: i32, last: i64) -> bool {
+    if let Err(e) = p.wait_durable(last).await {
+        warn!(partition, "group records not durable: {e}");
+        return false;
+    }
+    // Committed means on every in-sync replica, as Kafka's acks=-1 appends of the
+    // coordinator: a new coordinator must find what this one acknowledged.
+    let deadline = Instant::now() + GROUP_COMMIT_TIMEOUT;
+    super::replica::wait_committed(&p, last, deadline).await
+}
+
+/// Queues `batch` behind the partition's waiting appends (starting its drainer if it is the
+/// first); `None` if `GROUP_APPENDS_WAITING_MAX` already wait on this shard.
+fn wait_for_room(
+    ctx: &Rc<ShardCtx>,
+    partition: i32,
+    batch: Bytes,
+) -> Option<oneshot::Receiver<Option<i64>>> {
+    let (done, appended) = oneshot::channel();
+    let start_drainer = {
+        let mut waiting = ctx.groups.waiting_appends.borrow_mut();
+        if waiting.values().map(VecDeque::len).sum::<usize>() >= GROUP_APPENDS_WAITING_MAX {
+            warn!(
+                partition,
+                "cannot append group records: too many group appends wait for memory"
+            );
+            return None;
+        }
+        let queue = waiting.entry(partition).or_default();
+        queue.push_back(WaitingAppend {
+            batch,
+            deadline: Instant::now() + GROUP_COMMIT_TIMEOUT,
+            done,
+        });
+        queue.len() == 1
+    };
+    if start_drainer {
+        glommio::spawn_local(drain_waiting_appends(ctx.clone(), partition)).detach();
+    }
+    Some(appended)
+}
+
+/// Appends the partition's waiting group batches in order, each once its log has room or
+/// failing it at its deadline; ends (and forgets the queue) when the queue is empty.
+async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
+    loop {
+        let front = {
+            let mut waiting = ctx.groups.waiting_appends.borrow_mut();
+            let front = waiting
+                .get(&partition)
+                .and_then(VecDeque::front)
+                .map(|a| (a.batch.clone(), a.deadline));
+            if front.is_none() {
+                waiting.remove(&partition);
+            }
+            front
+        };
+        let Some((batch, deadline)) = front else {
+            return;
+        };
+        let outcome = match ctx.local_partition(OFFSETS_TOPIC, partition) {
+            None => Err("the partition is no longer open here".to_string()),
+            Some(p) => {
+                let room = p.wait_for_staging_room(batch.len());
+                let timer =
+                    glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                let waited = futures_lite::future::or(async { Some(room.await) }, async {
+                    timer.await;
+                    None
+                })
+                .await;
+                match waited {
+                    None => Err(format!(
+                        "no room in the log within {GROUP_COMMIT_TIMEOUT:?}"
+                    )),
+                    Some(Err(e)) => Err(e.to_string()),
+                    Some(Ok(())) => match p.append(&batch, ctx.shared.clock.wall_ms()) {
+                        Ok(o) => {
+                            appended_locally(&ctx, partition);
+                            Ok(o.last_offset)
+                        }
+                        // Another log took the room first: wait again, until the deadline.
+                        Err(AppendError::Backpressure { .. }) if Instant::now() < deadline => {
+                            continue
+                        }
+                        Err(e) => Err(e.to_string()),
+                    },
+                }
+            }
+        };
+        if let Err(e) = &outcome {
             warn!(partition, "cannot append group records: {e}");
-            None
+        }
+        let done = ctx
+            .groups
+            .waiting_appends
+            .borrow_mut()
+            .get_mut(&partition)
+            .and_then(VecDeque::pop_front)
+            .map(|a| a.done);
+        if let Some(done) = done {
+            // The requester may have gone; nothing to tell then.
+            let _ = done.send(outcome.ok());
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::replication::{FollowerCommand, ReplicaError};
 use crate::shard::peer::PeerConnection;
 use crate::shard::ShardCtx;
 use crate::shard::TopicPartition;
-use crate::storage::Partition;
+use crate::storage::{Partition, ReplicaAppendError, ReplicaAppendOutcome};
 
 /// Versions of the requests a follower sends to its leader (both ends are Strata).
 pub(super) const FETCH_VERSION: i16 = 12;
@@ -485,7 +485,7 @@ pub(super) async fn send_fetch(
             }
             // A refusal (a batch the leader could not have written, a gap) is logged and the
             // fetch retried like a timeout; nothing of it is appended.
-            match p.append_replica(records, w.leader_epoch, ctx.shared.clock.wall_ms()) {
+            match append_fetched(ctx, w, leader, offset, records).await {
                 Ok(out) => last_offset = out.last_offset,
                 Err(e) => {
                     warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");
@@ -525,6 +525,56 @@ pub(super) async fn send_fetch(
         run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
     }
     true
+}
+
+/// Appends a fetched answer to the follower's log. When the log has no room (the shard's
+/// memory budget or the log's staging buffer is full: the disk is behind), it waits for room
+/// as a producer does, bounded by replica.fetch.wait.max.ms (no longer than a fetch waits for
+/// data), then appends if the answer still continues the log, instead of dropping the
+/// fetched bytes and fetching them again.
+async fn append_fetched(
+    ctx: &Rc<ShardCtx>,
+    w: &Pending,
+    leader: i32,
+    offset: i64,
+    records: Bytes,
+) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
+    let p = &w.partition;
+    let wait = Duration::from_millis(ctx.shared.config.replica_fetch_wait_max_ms.max(0) as u64);
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match p.append_replica(records.clone(), w.leader_epoch, ctx.shared.clock.wall_ms()) {
+            Err(ReplicaAppendError::Backpressure { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                let room = p.wait_for_staging_room(records.len());
+                let timer = glommio::timer::sleep(
+                    deadline.saturating_duration_since(std::time::Instant::now()),
+                );
+                let waited = futures_lite::future::or(async { Some(room.await) }, async {
+                    timer.await;
+                    None
+                })
+                .await;
+                if let Some(Err(e)) = waited {
+                    return Err(ReplicaAppendError::Storage(e));
+                }
+                // Leadership or the log may have moved while we waited: append only an
+                // answer that still continues our log (as before the wait).
+                if with_expected(ctx, &w.tp, leader, w.leader_epoch) != Some(offset)
+                    || p.log_end_offset() != offset
+                {
+                    return Ok(ReplicaAppendOutcome {
+                        first_offset: -1,
+                        last_offset: -1,
+                        batches: 0,
+                        log_end_offset: p.log_end_offset(),
+                    });
+                }
+            }
+            result => return result,
+        }
+    }
 }
 
 /// The leader's log start moved (DeleteRecords, or its retention): move ours along, as
