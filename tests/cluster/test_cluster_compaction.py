@@ -8,7 +8,7 @@ import time
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from harness import require_cluster_support
 import replica_fetch
@@ -145,4 +145,44 @@ def test_segment_bytes_bounds_segments_on_every_replica(cluster_factory):
             sizes = segment_sizes(c.nodes[n].data_dir, topic)
             return sizes if len(sizes) >= 4 and sum(sizes) >= 400 * 200 else None
         sizes = c.poll_until(f"replica {n} rolled", rolled, 30)
+        assert max(sizes) <= SEGMENT_BYTES, f"replica {n}: segments {sizes}"
+
+
+def test_altered_topic_configs_reach_every_replica(cluster_factory):
+    """Proves topic overrides set after creation (IncrementalAlterConfigs: the metadata log's
+    TopicConfig record) reach the followers' logs, not only the leader's: on an RF3 topic
+    created without overrides, segment.bytes=16384 and retention.ms=1000 are set; after small
+    batches, every replica has rolled segments of at most 16 KiB and dropped its oldest ones
+    (its log no longer starts at offset 0: by its own retention, or a follower moving its log
+    start along with the leader's)."""
+    require_cluster_support()
+    c = cluster_factory(env={"STRATA_LOG_RETENTION_CHECK_INTERVAL_MS": "200"})
+    topic = "altered"
+    admin = c.admin()
+    admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=30)[topic].result(30)
+    c.wait_topic(topic, 1, full_isr=True)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("segment.bytes", str(SEGMENT_BYTES), incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    p = Producer({"bootstrap.servers": c.live_bootstrap(), "acks": "all", "linger.ms": 5,
+                  "batch.size": BATCH_BYTES, "compression.type": "none",
+                  "enable.idempotence": False})
+    for i in range(400):
+        p.produce(topic, value=f"{i}".ljust(200, "r").encode(), partition=0)
+    assert p.flush(60) == 0
+    time.sleep(1.5)  # older than retention.ms, then one more round rolls the active segment
+    for i in range(100):
+        p.produce(topic, value=f"late{i}".ljust(200, "r").encode(), partition=0)
+    assert p.flush(60) == 0
+    c.wait_topic(topic, 1, full_isr=True, timeout_s=60)
+    for n in c.partitions(topic)[0].replicas:
+        part = c.nodes[n].data_dir / f"{topic}-0"
+
+        def trimmed(part=part):
+            logs = sorted(part.glob("*.log"))
+            sizes = [f.stat().st_size for f in logs]
+            return sizes if logs and logs[0].name != f"{0:020d}.log" else None
+        sizes = c.poll_until(f"replica {n} rolled and deleted old segments", trimmed, 30)
         assert max(sizes) <= SEGMENT_BYTES, f"replica {n}: segments {sizes}"
