@@ -35,6 +35,12 @@ pub const FETCH_WAIT_MS_MAX: i32 = 30_000;
 /// Longest a Produce with acks=all waits for durability before answering REQUEST_TIMED_OUT.
 pub const PRODUCE_TIMEOUT_MS_MAX: i32 = 300_000;
 
+/// Produce appends that may wait in one partition's line behind an append that waits for
+/// staging room (`shard::partition_service::append_order`). Past it an append is refused
+/// with the retriable REQUEST_TIMED_OUT instead of queueing without limit; each waiter holds
+/// its request's bytes, already charged to the shard's memory budget.
+pub const PRODUCE_APPENDS_WAITING_MAX: usize = 1024;
+
 /// Largest allocation the request decoder may make in one piece before it is served from
 /// lazily-committed address space (see `alloc`): an array count read off the wire must not
 /// be able to abort the process by asking for terabytes.

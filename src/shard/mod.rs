@@ -104,6 +104,9 @@ pub struct ShardCtx {
     pub groups: groups::GroupShard,
     /// Leader and follower state of this shard's replicas, and its replica fetchers.
     pub replicas: replica::Replicas,
+    /// Produce appends waiting their turn, per partition (keeps a partition's appends in the
+    /// order their requests reached this shard).
+    pub append_order: partition_service::append_order::AppendOrder,
     /// This shard's share of `memory_limit_bytes`: every partition's in-memory batches are
     /// charged to it, and the connections' request bytes (capped by
     /// `queued_max_request_bytes`) and responses waiting to be written.
@@ -124,6 +127,7 @@ impl ShardCtx {
             connections_changed: crate::storage::notify::Notify::default(),
             groups: groups::GroupShard::new(shared.config.group_config()),
             replicas: replica::Replicas::default(),
+            append_order: Default::default(),
             budget: {
                 let budget =
                     MemoryBudget::new(shared.config.shard_memory_limit_bytes(shared.nr_shards));

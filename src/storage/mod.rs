@@ -48,7 +48,7 @@ mod tail_cache;
 mod time_index;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::PathBuf;
 

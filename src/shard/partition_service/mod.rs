@@ -1,12 +1,13 @@
 //! The partition service: what a shard does to the partitions it owns, on behalf of a
 //! request that may have arrived on any shard (the mesh brings it here as a `ShardOp`).
-//! One file per concern: produce (validate, append with staging waits, acks), fetch and the
-//! long-poll wait, list offsets (timestamp lookup), delete records, leader-epoch ends, log
-//! dirs (size and cleaner state), and
-//! the partitions' lifecycle (open, drop, reconfigure).
+//! One file per concern: produce (validate, append with staging waits, acks) and the
+//! per-partition order of its waiting appends, fetch and the long-poll wait, list offsets
+//! (timestamp lookup), delete records, leader-epoch ends, log dirs (size and cleaner state),
+//! and the partitions' lifecycle (open, drop, reconfigure).
 //!
 //! Every operation answers per partition, in the order it was asked, with the error code a
 //! client should see; none of them touches another shard's partitions.
+pub mod append_order;
 pub mod delete_records;
 pub mod epoch_ends;
 pub mod fetch;

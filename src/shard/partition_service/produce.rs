@@ -2,12 +2,16 @@
 //! magic, CRC), rewrite them in the topic's compression.type when needed, append them in
 //! order (waiting for staging room when the disk is behind), then wait for durability and, for
 //! acks=all, for the high watermark to pass them. The appends happen before `start` returns,
-//! so requests that reach a shard in order are appended in that order.
+//! so requests that reach a shard in order are appended in that order; one that must wait
+//! (no staging room, partition still opening) keeps its place in the partition's line
+//! (`append_order`) and later ones queue behind it instead of overtaking it.
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::append_order::{AppendOrder, LineFull, Ticket};
+use crate::clock::Clock;
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::record_batch::{recompress, BatchError, BatchHeader, BatchIter, RecordsError};
@@ -43,14 +47,16 @@ enum Staged {
         last_offset: i64,
     },
     Failed(ProduceResult),
-    /// The partition is placed here but not open yet: append after opening.
-    NotOpen(TopicPartition, Option<Bytes>),
-    /// The log's staging buffer is full: append the rest once the flusher makes room.
+    /// The partition is placed here but not open yet: append after opening, in turn.
+    NotOpen(TopicPartition, Option<Bytes>, Ticket),
+    /// Waiting for its turn in the partition's line (`append_order`) and for room in the
+    /// log's staging buffer: append the rest once both come.
     Waiting(Appending),
 }
 
-/// Appends every part's records at once and returns a future for the rest (durability,
-/// replication and staging waits); results come back in the order of `parts`.
+/// Appends every part's records at once (those of a partition where nothing waits) and
+/// returns a future for the rest (turns in line, staging waits, durability, replication);
+/// results come back in the order of `parts`.
 pub fn start(
     ctx: Rc<ShardCtx>,
     acks: i16,
@@ -58,111 +64,120 @@ pub fn start(
     parts: Vec<(TopicPartition, Option<Bytes>)>,
 ) -> impl std::future::Future<Output = Vec<ProduceResult>> + 'static {
     let now = ctx.shared.clock.wall_ms();
+    let deadline_ms = ctx.shared.clock.monotonic_ms()
+        + timeout_ms.clamp(0, crate::limits::PRODUCE_TIMEOUT_MS_MAX) as u64;
     let staged: Vec<(TopicPartition, Staged)> = parts
         .into_iter()
-        .map(|(tp, records)| (tp.clone(), stage(&ctx, acks, tp, records, now)))
+        .map(|(tp, records)| (tp.clone(), stage(&ctx, acks, tp, records, now, None)))
         .collect();
     async move {
-        let deadline = Instant::now()
-            + Duration::from_millis(
-                timeout_ms.clamp(0, crate::limits::PRODUCE_TIMEOUT_MS_MAX) as u64
-            );
-        let mut out = Vec::with_capacity(staged.len());
-        for (tp, s) in staged {
-            let s = match s {
-                Staged::NotOpen(tp, records) => {
-                    // The metadata naming us leader may be newer than this shard's image.
-                    replica::apply_metadata(&ctx).await;
-                    match ctx.replicas.check_leader(&tp) {
-                        // Kafka answers KAFKA_STORAGE_ERROR for a replica whose log is offline.
-                        replica::LeaderCheck::Unknown => {
-                            Staged::Failed(match ctx.replicas.offline_reason(&tp) {
-                                Some(reason) => {
-                                    ProduceResult::error(ErrorCode::KafkaStorageError, Some(reason))
-                                }
-                                None => {
-                                    ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None)
-                                }
-                            })
+        // Concurrently: a part waiting its turn on one partition must not hold up this
+        // request's turn on another (which could deadlock two requests in opposite order).
+        futures::future::join_all(
+            staged
+                .into_iter()
+                .map(|(tp, s)| finish(&ctx, acks, tp, s, deadline_ms)),
+        )
+        .await
+    }
+}
+
+/// One part after its synchronous append: opens the partition if needed, waits its turn
+/// and for staging room, then for durability and, for acks=all, the high watermark.
+async fn finish(
+    ctx: &Rc<ShardCtx>,
+    acks: i16,
+    tp: TopicPartition,
+    staged: Staged,
+    deadline_ms: u64,
+) -> ProduceResult {
+    let clock = &*ctx.shared.clock;
+    let staged = match staged {
+        Staged::NotOpen(tp, records, ticket) => {
+            // The metadata naming us leader may be newer than this shard's image.
+            replica::apply_metadata(ctx).await;
+            match ctx.replicas.check_leader(&tp) {
+                // Kafka answers KAFKA_STORAGE_ERROR for a replica whose log is offline.
+                replica::LeaderCheck::Unknown => {
+                    Staged::Failed(match ctx.replicas.offline_reason(&tp) {
+                        Some(reason) => {
+                            ProduceResult::error(ErrorCode::KafkaStorageError, Some(reason))
                         }
-                        _ => stage(&ctx, acks, tp, records, ctx.shared.clock.wall_ms()),
-                    }
-                }
-                other => other,
-            };
-            let waited = matches!(s, Staged::Waiting(_));
-            let s = finish_waiting(&ctx, s, deadline).await;
-            if waited {
-                replica::on_local_append(&ctx, &tp);
-            }
-            out.push((tp, s));
-        }
-        let mut results = Vec::with_capacity(out.len());
-        for (tp, s) in out {
-            match s {
-                Staged::Appended {
-                    partition,
-                    result,
-                    last_offset,
-                } => {
-                    if acks != -1 {
-                        results.push(result);
-                        continue;
-                    }
-                    let wait = partition.wait_durable(last_offset);
-                    let timer =
-                        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-                    let outcome = futures_lite::future::or(async { Some(wait.await) }, async {
-                        timer.await;
-                        None
+                        None => ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None),
                     })
-                    .await;
-                    results.push(match outcome {
-                        // Durable here; acknowledged once every in-sync replica has it too
-                        // (the high watermark passed it).
-                        Some(Ok(())) => {
-                            if !replica::wait_committed(&partition, last_offset, deadline).await {
-                                ProduceResult::error(ErrorCode::RequestTimedOut, None)
-                            } else if let Err(e) = ctx.replicas.acks_all_committed(&tp) {
-                                ProduceResult::error(e, None)
-                            } else {
-                                result
-                            }
-                        }
-                        Some(Err(e)) => ProduceResult::error(e.error_code(), Some(e.to_string())),
-                        None => ProduceResult::error(ErrorCode::RequestTimedOut, None),
-                    });
                 }
-                Staged::Failed(r) => results.push(r),
-                Staged::NotOpen(..) | Staged::Waiting(_) => results.push(ProduceResult::error(
-                    ErrorCode::UnknownTopicOrPartition,
-                    None,
-                )),
+                _ => stage(ctx, acks, tp, records, clock.wall_ms(), Some(ticket)),
             }
         }
-        results
+        other => other,
+    };
+    let waited = matches!(staged, Staged::Waiting(_));
+    let staged = finish_waiting(staged, clock, deadline_ms).await;
+    if waited {
+        replica::on_local_append(ctx, &tp);
+    }
+    match staged {
+        Staged::Appended {
+            partition,
+            result,
+            last_offset,
+        } => {
+            if acks != -1 {
+                return result;
+            }
+            match until(clock, deadline_ms, partition.wait_durable(last_offset)).await {
+                // Durable here; acknowledged once every in-sync replica has it too (the high
+                // watermark passed it).
+                Some(Ok(())) => {
+                    let left = deadline_ms.saturating_sub(clock.monotonic_ms());
+                    let deadline = Instant::now() + Duration::from_millis(left);
+                    if !replica::wait_committed(&partition, last_offset, deadline).await {
+                        ProduceResult::error(ErrorCode::RequestTimedOut, None)
+                    } else if let Err(e) = ctx.replicas.acks_all_committed(&tp) {
+                        ProduceResult::error(e, None)
+                    } else {
+                        result
+                    }
+                }
+                Some(Err(e)) => ProduceResult::error(e.error_code(), Some(e.to_string())),
+                None => ProduceResult::error(ErrorCode::RequestTimedOut, None),
+            }
+        }
+        Staged::Failed(r) => r,
+        Staged::NotOpen(..) | Staged::Waiting(_) => {
+            ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None)
+        }
     }
 }
 
 /// Checks this broker leads `tp` (and, for acks=all, that the ISR is large enough), then
-/// appends its records and counts them towards the high watermark.
+/// appends its records in turn and counts them towards the high watermark. `ticket` is the
+/// part's place in line if it has one already (it waited for the partition to open).
 fn stage(
     ctx: &Rc<ShardCtx>,
     acks: i16,
     tp: TopicPartition,
     records: Option<Bytes>,
     now: i64,
+    ticket: Option<Ticket>,
 ) -> Staged {
     use replica::LeaderCheck;
+    let not_open = |tp: TopicPartition, records, ticket: Option<Ticket>| {
+        // Appends that reach the shard later must not overtake this one while it opens.
+        match ticket.map_or_else(|| ctx.append_order.enqueue(&tp), Ok) {
+            Ok(ticket) => Staged::NotOpen(tp, records, ticket),
+            Err(full) => Staged::Failed(line_full(full)),
+        }
+    };
     let Some(p) = ctx.local_partition(&tp.topic, tp.partition) else {
-        return Staged::NotOpen(tp, records);
+        return not_open(tp, records, ticket);
     };
     match ctx.replicas.check_leader(&tp) {
         LeaderCheck::Leader => {}
         LeaderCheck::NotLeader => {
             return Staged::Failed(ProduceResult::error(ErrorCode::NotLeaderOrFollower, None))
         }
-        LeaderCheck::Unknown => return Staged::NotOpen(tp, records),
+        LeaderCheck::Unknown => return not_open(tp, records, ticket),
     }
     // Kafka refuses before appending, so a refused write is never half-replicated.
     if acks == -1 && !ctx.replicas.acks_all_allowed(&tp) {
@@ -171,15 +186,59 @@ fn stage(
             Some("the in-sync replicas are fewer than min.insync.replicas".into()),
         ));
     }
-    let staged = append_all(p, records.as_ref(), now);
+    let staged = match prepare(p, records.as_ref()) {
+        Ok(appending) => append_in_order(&ctx.append_order, &tp, appending, ticket, now),
+        Err(failed) => Staged::Failed(failed),
+    };
     replica::on_local_append(ctx, &tp);
     staged
 }
 
-/// Validates every batch of one partition's records, then appends them in order.
-fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> Staged {
+/// The answer to an append refused because too many wait for its partition already.
+fn line_full(full: LineFull) -> ProduceResult {
+    ProduceResult::error(ErrorCode::RequestTimedOut, Some(full.to_string()))
+}
+
+/// Appends now if nothing waits on the partition before this part; otherwise, or if the
+/// log has no room, the part takes its place in line and waits (`Staged::Waiting`).
+fn append_in_order(
+    order: &AppendOrder,
+    tp: &TopicPartition,
+    mut appending: Appending,
+    ticket: Option<Ticket>,
+    now: i64,
+) -> Staged {
+    appending.ticket = match ticket {
+        Some(t) => Some(t),
+        None if order.is_waiting(tp) => match order.enqueue(tp) {
+            Ok(t) => Some(t),
+            Err(full) => return Staged::Failed(line_full(full)),
+        },
+        None => None,
+    };
+    if appending.ticket.as_ref().is_some_and(|t| !t.is_turn()) {
+        return Staged::Waiting(appending);
+    }
+    match appending.advance(now) {
+        Advanced::Done(staged) => staged,
+        Advanced::Paused(mut appending) => {
+            if appending.ticket.is_none() {
+                // Nothing waited (checked above, synchronously): this part heads the line.
+                match order.enqueue(tp) {
+                    Ok(t) => appending.ticket = Some(t),
+                    Err(full) => return Staged::Failed(line_full(full)),
+                }
+            }
+            Staged::Waiting(appending)
+        }
+    }
+}
+
+/// Validates every batch of one partition's records (rewriting them in the topic's
+/// compression.type when needed), ready to append in order.
+fn prepare(partition: Rc<Partition>, records: Option<&Bytes>) -> Result<Appending, ProduceResult> {
     let Some(records) = records.filter(|r| !r.is_empty()) else {
-        return Staged::Failed(ProduceResult::error(
+        return Err(ProduceResult::error(
             ErrorCode::InvalidRecord,
             Some("produce request carries no record batch".into()),
         ));
@@ -193,7 +252,7 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
             Ok((pos, header)) => {
                 if !header.is_dense() {
                     // Only the cleaner writes batches with gaps; a producer's are dense.
-                    return Staged::Failed(ProduceResult::error(
+                    return Err(ProduceResult::error(
                         ErrorCode::CorruptMessage,
                         Some(
                             BatchError::BadOffsetDelta {
@@ -207,7 +266,7 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
                 rewrite |= !header.is_control()
                     && config.compression.rewrite(header.compression()).is_some();
                 if header.total_len() > max {
-                    return Staged::Failed(ProduceResult::error(
+                    return Err(ProduceResult::error(
                         ErrorCode::MessageTooLarge,
                         Some(format!(
                             "batch of {} bytes exceeds max.message.bytes {max}",
@@ -222,27 +281,24 @@ fn append_all(partition: Rc<Partition>, records: Option<&Bytes>, now: i64) -> St
                     BatchError::BadMagic(_) => ErrorCode::UnsupportedForMessageFormat,
                     _ => ErrorCode::CorruptMessage,
                 };
-                return Staged::Failed(ProduceResult::error(code, Some(e.to_string())));
+                return Err(ProduceResult::error(code, Some(e.to_string())));
             }
         }
     }
     let (records, ranges) = if rewrite {
-        match apply_compression_type(records, &ranges, config.compression, max) {
-            Ok(rewritten) => rewritten,
-            Err(failed) => return Staged::Failed(failed),
-        }
+        apply_compression_type(records, &ranges, config.compression, max)?
     } else {
         (records.clone(), ranges)
     };
-    let appending = Appending {
+    Ok(Appending {
         partition,
         records,
         ranges,
         next: 0,
         first: None,
         last_offset: -1,
-    };
-    appending.advance(now)
+        ticket: None,
+    })
 }
 
 /// Rewrites a partition's validated batches in the topic's compression.type (Kafka's
@@ -296,21 +352,27 @@ fn apply_compression_type(
     Ok((out.freeze(), out_ranges))
 }
 
-/// Completes a `Staged::Waiting` by waiting (until `deadline`) for room in the log's staging
-/// buffer: a producer that outruns the disk is slowed down, not refused.
-async fn finish_waiting(ctx: &ShardCtx, mut staged: Staged, deadline: Instant) -> Staged {
+/// Completes a `Staged::Waiting`: waits (until `deadline_ms` on the clock's monotonic time)
+/// for the part's turn in line, then for room in the log's staging buffer, and appends the
+/// rest; a producer that outruns the disk is slowed down, not refused.
+async fn finish_waiting(mut staged: Staged, clock: &dyn Clock, deadline_ms: u64) -> Staged {
     while let Staged::Waiting(appending) = staged {
-        let room = appending
-            .partition
-            .wait_for_staging_room(appending.next_len());
-        let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-        let waited = futures_lite::future::or(async { Some(room.await) }, async {
-            timer.await;
-            None
+        let waited = until(clock, deadline_ms, async {
+            if let Some(ticket) = &appending.ticket {
+                ticket.wait_turn().await;
+            }
+            appending
+                .partition
+                .wait_for_staging_room(appending.next_len())
+                .await
         })
         .await;
         staged = match waited {
-            Some(Ok(())) => appending.advance(ctx.shared.clock.wall_ms()),
+            Some(Ok(())) => match appending.advance(clock.wall_ms()) {
+                Advanced::Done(staged) => staged,
+                // Still at the head of its line (it holds its ticket): wait for room again.
+                Advanced::Paused(appending) => Staged::Waiting(appending),
+            },
             Some(Err(e)) => {
                 Staged::Failed(ProduceResult::error(e.error_code(), Some(e.to_string())))
             }
@@ -320,8 +382,25 @@ async fn finish_waiting(ctx: &ShardCtx, mut staged: Staged, deadline: Instant) -
     staged
 }
 
+/// `wait`'s output, or `None` once the clock's monotonic time reaches `deadline_ms`.
+async fn until<T>(
+    clock: &dyn Clock,
+    deadline_ms: u64,
+    wait: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let left = Duration::from_millis(deadline_ms.saturating_sub(clock.monotonic_ms()));
+    let timer = glommio::timer::sleep(left);
+    futures_lite::future::or(async { Some(wait.await) }, async {
+        timer.await;
+        None
+    })
+    .await
+}
+
 /// A partition's validated batches, appended in order; it pauses when the log's staging
-/// buffer is full (the disk is behind) and resumes once the flusher has made room.
+/// buffer is full (the disk is behind) and resumes once the flusher has made room. While it
+/// waits it holds its `ticket` in the partition's line, so later appends queue behind it;
+/// the ticket is released when it is done (appended or failed).
 struct Appending {
     partition: Rc<Partition>,
     records: Bytes,
@@ -329,11 +408,20 @@ struct Appending {
     next: usize,
     first: Option<ProduceResult>,
     last_offset: i64,
+    ticket: Option<Ticket>,
+}
+
+/// Where `Appending::advance` stopped.
+enum Advanced {
+    /// Every batch appended, or one failed.
+    Done(Staged),
+    /// The log has no room for the next batch.
+    Paused(Appending),
 }
 
 impl Appending {
     /// Appends as many remaining batches as the log takes now.
-    fn advance(mut self, now: i64) -> Staged {
+    fn advance(mut self, now: i64) -> Advanced {
         while let Some(range) = self.ranges.get(self.next).cloned() {
             let Some(slice) = self.records.get(range) else {
                 self.next += 1;
@@ -355,27 +443,107 @@ impl Appending {
                         });
                     }
                 }
-                Err(AppendError::Backpressure { .. }) => return Staged::Waiting(self),
+                Err(AppendError::Backpressure { .. }) => return Advanced::Paused(self),
                 Err(e) => {
-                    return Staged::Failed(ProduceResult::error(
+                    return Advanced::Done(Staged::Failed(ProduceResult::error(
                         e.error_code(),
                         Some(e.to_string()),
-                    ))
+                    )))
                 }
             }
         }
-        match self.first {
+        Advanced::Done(match self.first {
             Some(result) => Staged::Appended {
                 partition: self.partition,
                 result,
                 last_offset: self.last_offset,
             },
             None => Staged::Failed(ProduceResult::error(ErrorCode::CorruptMessage, None)),
-        }
+        })
     }
 
     /// Bytes of the next batch to append.
     fn next_len(&self) -> usize {
         self.ranges.get(self.next).map(|r| r.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::storage::tests::{make_batch, run, test_dir};
+    use crate::storage::{LogConfig, MemoryBudget};
+
+    /// A batch of one record carrying `payload` filler bytes (no producer id).
+    fn batch(payload: usize) -> Bytes {
+        make_batch(1, 1_000, -1, -1, -1, payload).freeze()
+    }
+
+    /// Proves a later produce to a partition cannot overtake an earlier one that is waiting
+    /// for staging room: with a 1 MiB budget nearly full of unwritten data, a 100 KB batch is
+    /// refused room and waits; a 1 KB batch that would fit must queue behind it, and once the
+    /// flusher makes room the 100 KB batch gets the lower offset.
+    #[test]
+    fn a_waiting_append_is_not_overtaken() {
+        run(|| async {
+            let dir = test_dir();
+            let budget = MemoryBudget::new(1 << 20);
+            let p = Partition::open(dir.path().join("t-0"), LogConfig::default())
+                .await
+                .unwrap();
+            p.set_budget(Rc::clone(&budget));
+            // Fill the budget with unwritten batches (no await: the flusher cannot run) until
+            // about 50 KB are left: room for 1 KB, not for 100 KB.
+            while budget.available() > 150_000 {
+                p.append(batch(100_000), 0).unwrap();
+            }
+            let filler =
+                budget.available() - 50_000 - crate::protocol::record_batch::BATCH_HEADER_LEN;
+            p.append(batch(filler), 0).unwrap();
+            assert!(
+                (20_000..100_000).contains(&budget.available()),
+                "{}",
+                budget.available()
+            );
+
+            let order = AppendOrder::default();
+            let tp = TopicPartition {
+                topic: "t".into(),
+                partition: 0,
+            };
+            let stage = |payload| {
+                let appending = prepare(Rc::clone(&p), Some(&batch(payload))).unwrap();
+                append_in_order(&order, &tp, appending, None, 0)
+            };
+            let big = stage(100_000);
+            assert!(matches!(big, Staged::Waiting(_)), "100 KB does not fit");
+            let small = stage(1_000);
+            assert!(matches!(small, Staged::Waiting(_)), "1 KB fits but queues");
+            assert_eq!(order.waiting(&tp), 2);
+            let clock = crate::clock::SystemClock;
+            let deadline_ms = clock.monotonic_ms() + 60_000;
+            let (big, small) = futures_lite::future::zip(
+                finish_waiting(big, &clock, deadline_ms),
+                finish_waiting(small, &clock, deadline_ms),
+            )
+            .await;
+            let offset = |s: &Staged| match s {
+                Staged::Appended { result, .. } => result.base_offset,
+                _ => panic!("not appended"),
+            };
+            assert!(
+                offset(&big) < offset(&small),
+                "the earlier batch has the earlier offset: {} vs {}",
+                offset(&big),
+                offset(&small)
+            );
+            assert!(!order.is_waiting(&tp), "the line drained");
+            // With nothing waiting, an append goes straight to the log again.
+            assert!(matches!(stage(1_000), Staged::Appended { .. }));
+            p.close().await.unwrap();
+        });
     }
 }
