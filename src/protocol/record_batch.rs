@@ -367,6 +367,24 @@ pub fn record_offsets_and_timestamps(
     Ok(out)
 }
 
+/// The positions (0-based, in the batch) of the records of one whole, validated batch whose
+/// key is null: what a compacted topic refuses (Kafka's `LogValidator.validateKey`).
+/// Compressed batches are decompressed, within `decompressed_max`. Control batches carry
+/// no data records and yield nothing.
+pub fn null_key_positions(batch: &[u8], decompressed_max: usize) -> Result<Vec<i32>, RecordsError> {
+    let header = validate(batch)?;
+    if header.is_control() || header.records_count <= 0 {
+        return Ok(Vec::new());
+    }
+    let records = decompressed_records(batch, decompressed_max)?;
+    Ok(parse_records(&records, header.records_count)?
+        .iter()
+        .zip(0i32..)
+        .filter(|(record, _)| record.key.is_none())
+        .map(|(_, index)| index)
+        .collect())
+}
+
 /// Writes `bytes` at `pos` of `buf`, if it fits (callers write inside a header they built).
 fn put_at(buf: &mut [u8], pos: usize, bytes: &[u8]) {
     if let Some(slot) = buf.get_mut(pos..pos + bytes.len()) {
@@ -767,6 +785,21 @@ mod tests {
             prop_assert_eq!(header.producer_id, spec.producer_id);
             prop_assert_eq!(header.producer_epoch, spec.producer_epoch);
             prop_assert_eq!(header.base_sequence, spec.base_sequence);
+        }
+
+        // Proves null_key_positions names exactly the records the reference encoder wrote
+        // without a key, by their place in the batch, in every codec.
+        #[test]
+        fn null_key_positions_match_the_spec(spec in batch_spec(24)) {
+            let batch = spec.encode();
+            let expected: Vec<i32> = spec
+                .records
+                .iter()
+                .zip(0i32..)
+                .filter(|(r, _)| r.key.is_none())
+                .map(|(_, i)| i)
+                .collect();
+            prop_assert_eq!(null_key_positions(&batch, 1 << 20).unwrap(), expected);
         }
 
         // Proves base offset and leader epoch patches leave the CRC valid and that the

@@ -153,6 +153,7 @@ pub async fn handle(
                                         base_offset: -1,
                                         log_append_time_ms: -1,
                                         log_start_offset: -1,
+                                        record_errors: Vec::new(),
                                     }),
                                     Source::Shard { shard, index } => replies
                                         .get(shard)
@@ -185,7 +186,17 @@ fn partition_response(index: i32, r: Result<ProduceResult, ErrorCode>) -> Partit
             .with_error_message(r.message.as_deref().map(str_bytes))
             .with_base_offset(r.base_offset)
             .with_log_append_time_ms(r.log_append_time_ms)
-            .with_log_start_offset(r.log_start_offset),
+            .with_log_start_offset(r.log_start_offset)
+            .with_record_errors(
+                r.record_errors
+                    .iter()
+                    .map(|e| {
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(e.batch_index)
+                            .with_batch_index_error_message(Some(str_bytes(&e.message)))
+                    })
+                    .collect(),
+            ),
         Err(e) => base
             .with_error_code(e.code())
             .with_base_offset(-1)

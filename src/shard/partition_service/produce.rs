@@ -14,7 +14,9 @@ use super::append_order::{AppendOrder, LineFull, Ticket};
 use crate::clock::Clock;
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::error::ErrorCode;
-use crate::protocol::record_batch::{recompress, BatchError, BatchHeader, BatchIter, RecordsError};
+use crate::protocol::record_batch::{
+    null_key_positions, recompress, BatchError, BatchHeader, BatchIter, RecordsError,
+};
 use crate::shard::{replica, ShardCtx, TopicPartition};
 use crate::storage::{AppendError, CompressionType, Partition};
 
@@ -25,6 +27,16 @@ pub struct ProduceResult {
     pub base_offset: i64,
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
+    /// The records that made the partition's batches refused (Produce v8+, KIP-467).
+    pub record_errors: Vec<RecordError>,
+}
+
+/// One refused record: its position among the partition's records (counted from 0 across
+/// its batches; Kafka's producers send one batch per partition) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: i32,
+    pub message: String,
 }
 
 impl ProduceResult {
@@ -35,6 +47,7 @@ impl ProduceResult {
             base_offset: -1,
             log_append_time_ms: -1,
             log_start_offset: -1,
+            record_errors: Vec::new(),
         }
     }
 }
@@ -186,7 +199,7 @@ fn stage(
             Some("the in-sync replicas are fewer than min.insync.replicas".into()),
         ));
     }
-    let staged = match prepare(p, records.as_ref()) {
+    let staged = match prepare(&tp, p, records.as_ref()) {
         Ok(appending) => append_in_order(&ctx.append_order, &tp, appending, ticket, now),
         Err(failed) => Staged::Failed(failed),
     };
@@ -236,7 +249,11 @@ fn append_in_order(
 
 /// Validates every batch of one partition's records (rewriting them in the topic's
 /// compression.type when needed), ready to append in order.
-fn prepare(partition: Rc<Partition>, records: Option<&Bytes>) -> Result<Appending, ProduceResult> {
+fn prepare(
+    tp: &TopicPartition,
+    partition: Rc<Partition>,
+    records: Option<&Bytes>,
+) -> Result<Appending, ProduceResult> {
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return Err(ProduceResult::error(
             ErrorCode::InvalidRecord,
@@ -284,6 +301,9 @@ fn prepare(partition: Rc<Partition>, records: Option<&Bytes>) -> Result<Appendin
                 return Err(ProduceResult::error(code, Some(e.to_string())));
             }
         }
+    }
+    if config.cleanup_policy.compact {
+        refuse_keyless(tp, records, &ranges)?;
     }
     let (records, ranges) = if rewrite {
         apply_compression_type(records, &ranges, config.compression, max)?
@@ -440,6 +460,7 @@ impl Appending {
                             base_offset: o.base_offset,
                             log_append_time_ms: o.log_append_time_ms,
                             log_start_offset: o.log_start_offset,
+                            record_errors: Vec::new(),
                         });
                     }
                 }
@@ -466,6 +487,67 @@ impl Appending {
     fn next_len(&self) -> usize {
         self.ranges.get(self.next).map(|r| r.len()).unwrap_or(0)
     }
+}
+
+/// A compacted topic refuses records without a key (the cleaner could never drop them):
+/// every data batch's records are read, decompressed if they must be, and the partition's
+/// whole records are refused with INVALID_RECORD when any key is null, naming each such
+/// record as Kafka's `LogValidator` does. Followers never get here: they append what their
+/// leader validated (`Partition::append_replica`).
+fn refuse_keyless(
+    tp: &TopicPartition,
+    records: &Bytes,
+    ranges: &[std::ops::Range<usize>],
+) -> Result<(), ProduceResult> {
+    let mut record_errors = Vec::new();
+    let mut records_before = 0i32;
+    for range in ranges {
+        let batch = records.get(range.clone()).unwrap_or_default();
+        let header = BatchHeader::parse(batch)
+            .map_err(|e| ProduceResult::error(ErrorCode::CorruptMessage, Some(e.to_string())))?;
+        if header.is_control() {
+            continue;
+        }
+        let positions = null_key_positions(batch, RECORDS_DECOMPRESSED_BYTES_MAX).map_err(|e| {
+            let code = match e {
+                RecordsError::TooLarge { .. } => ErrorCode::InvalidRecord,
+                _ => ErrorCode::CorruptMessage,
+            };
+            ProduceResult::error(code, Some(e.to_string()))
+        })?;
+        record_errors.extend(positions.into_iter().map(|position| RecordError {
+            batch_index: records_before.saturating_add(position),
+            message: format!(
+                "Compacted topic cannot accept message without key in topic partition {}-{}.",
+                tp.topic, tp.partition
+            ),
+        }));
+        records_before = records_before.saturating_add(header.records_count.max(0));
+    }
+    if record_errors.is_empty() {
+        return Ok(());
+    }
+    // Kafka's `LogValidator.processRecordErrors` wording, first three errors shown.
+    let shown: Vec<String> = record_errors
+        .iter()
+        .take(3)
+        .map(|e| {
+            format!(
+                "RecordError(batchIndex={}, message='{}')",
+                e.batch_index, e.message
+            )
+        })
+        .collect();
+    let message = format!(
+        "One or more records have been rejected due to {} record errors in total, and only \
+         showing the first three errors at most: [{}]",
+        record_errors.len(),
+        shown.join(", ")
+    );
+    Err(ProduceResult {
+        record_errors,
+        ..ProduceResult::error(ErrorCode::InvalidRecord, Some(message))
+    })
 }
 
 #[cfg(test)]
@@ -515,7 +597,7 @@ mod tests {
                 partition: 0,
             };
             let stage = |payload| {
-                let appending = prepare(Rc::clone(&p), Some(&batch(payload))).unwrap();
+                let appending = prepare(&tp, Rc::clone(&p), Some(&batch(payload))).unwrap();
                 append_in_order(&order, &tp, appending, None, 0)
             };
             let big = stage(100_000);
