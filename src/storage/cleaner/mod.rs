@@ -10,6 +10,7 @@
 //! the rate limiting and the crash-safe swap of the rewritten segments.
 
 pub mod filter;
+pub mod fuzz;
 pub mod offset_map;
 pub mod plan;
 
