@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Log cleaner measurements (issue 12), all in one run on one disk:
+#   1. the disk's limit: fio direct-I/O, 1 MiB blocks, 50/50 sequential read+write (the
+#      cleaner's own pattern: read a segment, write the cleaned one), and each alone;
+#   2. cleaner throughput, alone: a compacted log filled with the cleaner off, then a start
+#      with it on and no load; the "log cleaned" line gives bytes read and the pass's time;
+#   3. produce throughput and p99 on the same shard (--shards 1) while the cleaner is idle
+#      and while it is busy with such a log (the report says whether the pass covered the
+#      whole bench window).
+# Usage: perf/cleaner.sh [--data-dir DIR] [--fill-gb N] [--out DIR]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
+DATA_DIR=/var/tmp/strata-cleaner-perf
+FILL_GB=3
+FIO_S=20        # seconds per fio job
+BENCH_S=8       # seconds per measured bench
+OUT="$ROOT/perf/out-cleaner"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --data-dir) DATA_DIR="$2"; shift 2 ;;
+    --fill-gb) FILL_GB="$2"; shift 2 ;;
+    --quick) FILL_GB=0.2; FIO_S=3; BENCH_S=2; shift ;;  # checks the script, measures nothing
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT" "$DATA_DIR"; rm -rf "$DATA_DIR/broker"
+: > "$OUT/broker.log"; : > "$OUT/commands.txt"; : > "$OUT/bench.jsonl"
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+PORT=$((30000 + RANDOM % 9000)); BOOTSTRAP=127.0.0.1:$PORT; BROKER_PID=""
+stop_broker() {
+  if [[ -n "$BROKER_PID" ]]; then kill "$BROKER_PID" 2>/dev/null || true; wait "$BROKER_PID" 2>/dev/null || true; BROKER_PID=""; fi
+}
+trap stop_broker EXIT
+start_broker() { # $@ = STRATA_* settings
+  echo "env $* strata serve --shards 1 --listen $BOOTSTRAP --data-dir $DATA_DIR/broker" >> "$OUT/commands.txt"
+  env "$@" "$BIN" serve --shards 1 --listen "$BOOTSTRAP" --data-dir "$DATA_DIR/broker" >> "$OUT/broker.log" 2>&1 &
+  BROKER_PID=$!
+  for _ in $(seq 1 600); do
+    "$BIN" topic list --bootstrap "$BOOTSTRAP" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "broker did not start" >&2; return 1
+}
+bench() { # label, then `strata bench` arguments
+  local label="$1"; shift
+  echo "strata bench $* --bootstrap $BOOTSTRAP --json --label $label" >> "$OUT/commands.txt"
+  log "bench $label"
+  "$BIN" bench "$@" --bootstrap "$BOOTSTRAP" --json --label "$label" >> "$OUT/bench.jsonl"
+}
+
+echo "uptime before: $(uptime)" > "$OUT/load.txt"
+# 1. fio on the data dir's filesystem
+f="$DATA_DIR/fio.tmp"
+for job in "rw --rwmixread=50" "read" "write"; do
+  name=${job%% *}
+  cmd="fio --name=$name --filename=$f --rw=$job --bs=1M --direct=1 --size=2G --ioengine=io_uring --iodepth=8 --runtime=$FIO_S --time_based --output-format=json"
+  echo "$cmd" >> "$OUT/commands.txt"
+  log "fio $name"
+  # shellcheck disable=SC2086
+  $cmd > "$OUT/fio-$name.json"
+done
+rm -f "$f"
+
+# 2. Cleaner alone: a compacted log filled with the cleaner off, then a start with it on and
+#    no other load; the pass's "log cleaned" line gives its bytes and duration.
+RECORDS=$(python3 -c "print(int($FILL_GB * 1024 * 1024))")   # 1 KiB values
+CLEANER_ON=(STRATA_LOG_CLEANER_ENABLE=true STRATA_LOG_CLEANER_BACKOFF_MS=100 STRATA_LOG_CLEANER_MIN_CLEANABLE_RATIO=0.01)
+fill() { # topic
+  bench "fill-$1" produce --topic "$1" --key-distribution fixed:20000 --record-size 1024 \
+    --topic-config cleanup.policy=compact --topic-config segment.bytes=67108864 \
+    --records "$RECORDS" --acks 1 --producers 2
+}
+wait_cleaned() { # topic: waits (up to 4 min) for its pass's line
+  for _ in $(seq 1 480); do grep -q "log cleaned topic=$1 " "$OUT/broker.log" && return 0; sleep 0.5; done
+  echo "no cleaner pass over $1" >&2; return 1
+}
+start_broker STRATA_LOG_CLEANER_ENABLE=false
+fill alone
+stop_broker
+start_broker "${CLEANER_ON[@]}"
+wait_cleaned alone
+stop_broker
+
+# 3. Produce on the same shard (--shards 1), both phases on a freshly started broker: idle
+#    (cleaner off), then busy (cleaner on, cleaning a second log filled as the first).
+start_broker STRATA_LOG_CLEANER_ENABLE=false
+fill busy
+stop_broker
+echo "uptime mid: $(uptime)" >> "$OUT/load.txt"
+start_broker STRATA_LOG_CLEANER_ENABLE=false
+bench idle-closed produce --topic load --record-size 1024 --acks all --producers 4 --duration $BENCH_S --warmup 1
+bench idle-open produce --topic load --record-size 1024 --acks all --producers 4 --rate 20000 --duration $BENCH_S --warmup 1
+stop_broker
+start_broker "${CLEANER_ON[@]}"
+BUSY_FROM=$(date -u +%s.%N)
+bench busy-closed produce --topic load --record-size 1024 --acks all --producers 4 --duration $BENCH_S --warmup 1
+bench busy-open produce --topic load --record-size 1024 --acks all --producers 4 --rate 20000 --duration $BENCH_S --warmup 1
+BUSY_TO=$(date -u +%s.%N)
+wait_cleaned busy
+stop_broker
+echo "uptime after: $(uptime)" >> "$OUT/load.txt"
+echo "busy window: $BUSY_FROM .. $BUSY_TO" >> "$OUT/load.txt"
+python3 "$ROOT/perf/cleaner_report.py" "$OUT" "$BUSY_FROM" "$BUSY_TO"
