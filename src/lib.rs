@@ -8,6 +8,8 @@
 //! - [`protocol`]: Kafka wire format — framing, record batches, error codes, API versions. Pure.
 //! - [`replication`]: ISR, high watermark and leader epochs as sans-IO state machines.
 //! - [`group`]: the consumer-group coordinator as a sans-IO state machine, and its records.
+//! - [`txn`]: the transaction coordinator as a sans-IO state machine, and the records of
+//!   `__transaction_state`.
 //! - [`ingest`]: syslog (RFC 5424/3164, RFC 6587 framing, RELP) and HTTP produce parsers and
 //!   the record mapping, sans-IO.
 //! - [`storage`]: partition logs on disk — segments, indexes, recovery, retention, producer
@@ -40,6 +42,7 @@ pub mod replication;
 pub mod server;
 pub mod shard;
 pub mod storage;
+pub mod txn;
 
 #[global_allocator]
 static GLOBAL: alloc::StrataAlloc = alloc::StrataAlloc;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Each top-level module of `src/` and the modules it may import, lowest layers first:
-/// leaves; the Kafka wire codecs; the sans-IO state machines (replication, group) that know no
+/// leaves; the Kafka wire codecs; the sans-IO state machines (replication, group, txn) that know no
 /// executor and no files; storage (file I/O on glommio); typed config; cluster metadata and
 /// the controller (sans-IO, plus the raft thread); shards (executor, mesh, replica and group
 /// glue); the Kafka server on them; the broker that composes it all. The client side (client,
@@ -24,6 +24,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("protocol", &["limits", "alloc"]),
     ("replication", &["limits", "clock", "protocol"]),
     ("group", &["limits", "clock", "protocol"]),
+    // The transaction coordinator finds a group's `__consumer_offsets` partition (and hashes
+    // transactional ids the same way) through group.
+    ("txn", &["limits", "clock", "protocol", "group"]),
     (
         "storage",
         &["limits", "clock", "alloc", "protocol", "replication"],
@@ -49,6 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "protocol",
             "replication",
             "group",
+            "txn",
             "storage",
             "config",
             "cluster",
@@ -64,6 +68,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "protocol",
             "replication",
             "group",
+            "txn",
             "storage",
             "config",
             "cluster",

@@ -8,6 +8,7 @@ pub mod fuzz;
 pub mod inflate;
 pub mod partition_key;
 pub mod produce_batch;
+pub mod producer;
 pub mod record_batch;
 
 /// The tagged field Strata adds to a Metadata response partition (v9+, KIP-482) to say why
