@@ -125,7 +125,8 @@ pub struct GroupShard {
 /// and sends the batch's last offset (or `None`: it failed).
 struct WaitingAppend {
     batch: Bytes,
-    deadline: Instant,
+    /// On the broker's monotonic clock.
+    deadline_ms: u64,
     done: oneshot::Sender<Option<i64>>,
 }
 
@@ -495,7 +496,7 @@ fn wait_for_room(
         let queue = waiting.entry(partition).or_default();
         queue.push_back(WaitingAppend {
             batch,
-            deadline: Instant::now() + GROUP_COMMIT_TIMEOUT,
+            deadline_ms: ctx.shared.clock.monotonic_ms() + GROUP_COMMIT_TIMEOUT.as_millis() as u64,
             done,
         });
         queue.len() == 1
@@ -515,38 +516,34 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
             let front = waiting
                 .get(&partition)
                 .and_then(VecDeque::front)
-                .map(|a| (a.batch.clone(), a.deadline));
+                .map(|a| (a.batch.clone(), a.deadline_ms));
             if front.is_none() {
                 waiting.remove(&partition);
             }
             front
         };
-        let Some((batch, deadline)) = front else {
+        let Some((batch, deadline_ms)) = front else {
             return;
         };
+        let clock = &*ctx.shared.clock;
         let outcome = match ctx.local_partition(OFFSETS_TOPIC, partition) {
             None => Err("the partition is no longer open here".to_string()),
             Some(p) => {
                 let room = p.wait_for_staging_room(batch.len());
-                let timer =
-                    glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-                let waited = futures_lite::future::or(async { Some(room.await) }, async {
-                    timer.await;
-                    None
-                })
-                .await;
-                match waited {
+                match super::until(clock, deadline_ms, room).await {
                     None => Err(format!(
                         "no room in the log within {GROUP_COMMIT_TIMEOUT:?}"
                     )),
                     Some(Err(e)) => Err(e.to_string()),
-                    Some(Ok(())) => match p.append(&batch, ctx.shared.clock.wall_ms()) {
+                    Some(Ok(())) => match p.append(&batch, clock.wall_ms()) {
                         Ok(o) => {
                             appended_locally(&ctx, partition);
                             Ok(o.last_offset)
                         }
                         // Another log took the room first: wait again, until the deadline.
-                        Err(AppendError::Backpressure { .. }) if Instant::now() < deadline => {
+                        Err(AppendError::Backpressure { .. })
+                            if clock.monotonic_ms() < deadline_ms =>
+                        {
                             continue
                         }
                         Err(e) => Err(e.to_string()),

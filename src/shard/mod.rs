@@ -31,6 +31,22 @@ pub struct TopicPartition {
     pub partition: i32,
 }
 
+/// `wait`'s output, or `None` once the clock's monotonic time reaches `deadline_ms`: the one
+/// bounded wait of the shard's tasks (produce, group and follower appends waiting for room).
+pub(crate) async fn until<T>(
+    clock: &dyn crate::clock::Clock,
+    deadline_ms: u64,
+    wait: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let left = std::time::Duration::from_millis(deadline_ms.saturating_sub(clock.monotonic_ms()));
+    let timer = glommio::timer::sleep(left);
+    futures_lite::future::or(async { Some(wait.await) }, async {
+        timer.await;
+        None
+    })
+    .await
+}
+
 /// State every shard shares (read-only or lock-free).
 pub struct Shared {
     pub config: Config,

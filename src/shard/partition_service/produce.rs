@@ -17,6 +17,7 @@ use crate::protocol::error::ErrorCode;
 use crate::protocol::record_batch::{
     null_key_positions, recompress, BatchError, BatchHeader, BatchIter, RecordsError,
 };
+use crate::shard::until;
 use crate::shard::{replica, ShardCtx, TopicPartition};
 use crate::storage::{AppendError, CompressionType, Partition};
 
@@ -400,21 +401,6 @@ async fn finish_waiting(mut staged: Staged, clock: &dyn Clock, deadline_ms: u64)
         };
     }
     staged
-}
-
-/// `wait`'s output, or `None` once the clock's monotonic time reaches `deadline_ms`.
-async fn until<T>(
-    clock: &dyn Clock,
-    deadline_ms: u64,
-    wait: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    let left = Duration::from_millis(deadline_ms.saturating_sub(clock.monotonic_ms()));
-    let timer = glommio::timer::sleep(left);
-    futures_lite::future::or(async { Some(wait.await) }, async {
-        timer.await;
-        None
-    })
-    .await
 }
 
 /// A partition's validated batches, appended in order; it pauses when the log's staging

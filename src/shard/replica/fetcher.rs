@@ -540,23 +540,14 @@ async fn append_fetched(
     records: Bytes,
 ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
     let p = &w.partition;
-    let wait = Duration::from_millis(ctx.shared.config.replica_fetch_wait_max_ms.max(0) as u64);
-    let deadline = std::time::Instant::now() + wait;
+    let clock = &*ctx.shared.clock;
+    let deadline_ms =
+        clock.monotonic_ms() + ctx.shared.config.replica_fetch_wait_max_ms.max(0) as u64;
     loop {
-        match p.append_replica(records.clone(), w.leader_epoch, ctx.shared.clock.wall_ms()) {
-            Err(ReplicaAppendError::Backpressure { .. })
-                if std::time::Instant::now() < deadline =>
-            {
+        match p.append_replica(records.clone(), w.leader_epoch, clock.wall_ms()) {
+            Err(ReplicaAppendError::Backpressure { .. }) if clock.monotonic_ms() < deadline_ms => {
                 let room = p.wait_for_staging_room(records.len());
-                let timer = glommio::timer::sleep(
-                    deadline.saturating_duration_since(std::time::Instant::now()),
-                );
-                let waited = futures_lite::future::or(async { Some(room.await) }, async {
-                    timer.await;
-                    None
-                })
-                .await;
-                if let Some(Err(e)) = waited {
+                if let Some(Err(e)) = crate::shard::until(clock, deadline_ms, room).await {
                     return Err(ReplicaAppendError::Storage(e));
                 }
                 // Leadership or the log may have moved while we waited: append only an
