@@ -53,6 +53,8 @@ def free_port() -> int:
 
 
 class Broker:
+    started: list["Broker"] = []
+
     def __init__(self, binary: str, data_dir: Path, offsets_partitions: int):
         self.binary = binary
         self.data_dir = data_dir
@@ -76,6 +78,7 @@ class Broker:
             "STRATA_LOG": "info",
         })
         started = time.monotonic()
+        Broker.started.append(self)
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--listen", self.bootstrap, "--data-dir", str(self.data_dir),
              "--shards", "1"], env=env, stdout=self.log, stderr=self.log)
@@ -317,4 +320,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # A broker left by a failed phase is stopped, not orphaned.
+        for b in list(Broker.started):
+            if b.proc is not None:
+                b.proc.kill()
+                b.proc.wait(30)
