@@ -1,6 +1,7 @@
 //! Fan-out of multi-partition requests to their owner shards, with the replies merged back
-//! into request order (`FanOut`), and the per-partition operations that only a partition's
-//! leader answers (`on_leaders`: ListOffsets, DeleteRecords, OffsetForLeaderEpoch).
+//! into request order (`FanOut`: Produce, Fetch and its long-poll wait, DescribeLogDirs), and
+//! the per-partition operations that only a partition's leader answers (`on_leaders`:
+//! ListOffsets, DeleteRecords, OffsetForLeaderEpoch).
 //!
 //! Every part sent to one shard travels in one op, in the order it was pushed, so a shard
 //! sees a request's partitions in request order; the ops to the shards run concurrently.
@@ -77,18 +78,36 @@ pub struct Launched {
 
 impl Launched {
     /// Waits for every shard's reply; `results` takes the per-part results out of a reply
-    /// (`None` for a reply of another kind, e.g. a shard that shut down).
+    /// (`None` for a reply of another kind, e.g. a shard that shut down). The ops are awaited
+    /// together: one run on this shard progresses while another shard's reply is pending.
     pub async fn finish<R>(self, results: impl Fn(ShardReply) -> Option<Vec<R>>) -> Replies<R> {
-        let mut per_shard = Vec::with_capacity(self.started.len());
-        for s in self.started {
-            per_shard.push(match s {
+        let results = &results;
+        let per_shard = futures::future::join_all(self.started.into_iter().map(|s| async move {
+            match s {
                 Some(s) => results(s.finish().await)
                     .map(|r| r.into_iter().map(Some).collect())
                     .unwrap_or_default(),
                 None => Vec::new(),
-            });
-        }
+            }
+        }))
+        .await;
         Replies { per_shard }
+    }
+
+    /// Resolves when the first shard replies, whatever it says (a long poll's wake-up); never
+    /// when no op was started.
+    pub async fn any(self) {
+        let waits: Vec<_> = self
+            .started
+            .into_iter()
+            .flatten()
+            .map(|s| Box::pin(s.finish()))
+            .collect();
+        if waits.is_empty() {
+            futures::future::pending::<()>().await;
+        } else {
+            futures::future::select_all(waits).await;
+        }
     }
 }
 

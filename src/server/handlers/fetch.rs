@@ -17,7 +17,7 @@ use kafka_protocol::messages::{ApiKey, FetchRequest};
 use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::protocol::error::ErrorCode;
 use crate::server::dispatch::PendingResponse;
-use crate::shard::mesh::begin;
+use crate::server::route::{FanOut, Slot};
 use crate::shard::ops::{ShardOp, ShardReply};
 use crate::shard::partition_service::fetch::{FetchPart, FetchResult, DEBUGGING_REPLICA_ID};
 use crate::shard::{ShardCtx, TopicPartition};
@@ -180,58 +180,44 @@ async fn read_all(
     replica_id: i32,
     max_bytes: usize,
 ) -> Vec<Vec<FetchResult>> {
-    let nr = ctx.shared.nr_shards;
-    let mut per_shard: Vec<Vec<FetchPart>> = (0..nr).map(|_| Vec::new()).collect();
-    let mut slots: Vec<Vec<Result<(usize, usize), ErrorCode>>> = Vec::with_capacity(topics.len());
-    for t in topics {
-        let mut s = Vec::with_capacity(t.partitions.len());
-        for w in &t.partitions {
-            s.push(match &w.target {
-                Err(e) => Err(*e),
-                Ok((shard, tp)) => {
-                    let list = &mut per_shard[*shard];
-                    list.push(FetchPart {
-                        tp: tp.clone(),
-                        offset: w.offset,
-                        max_bytes: w.max_bytes,
-                        replica_id,
-                        current_leader_epoch: w.current_leader_epoch,
-                    });
-                    Ok((*shard, list.len() - 1))
-                }
-            });
-        }
-        slots.push(s);
-    }
-    let mut started = Vec::with_capacity(nr);
-    for (shard, parts) in per_shard.into_iter().enumerate() {
-        if parts.is_empty() {
-            started.push(None);
-        } else {
-            let op = ShardOp::Fetch { parts, max_bytes };
-            started.push(Some(begin(ctx, shard, op).await));
-        }
-    }
-    let mut replies: Vec<Vec<FetchResult>> = Vec::with_capacity(nr);
-    for s in started {
-        replies.push(match s {
-            Some(s) => match s.finish().await {
-                ShardReply::Fetch(r) => r,
-                _ => Vec::new(),
-            },
-            None => Vec::new(),
-        });
-    }
+    let mut fan_out = FanOut::new(ctx.shared.nr_shards);
+    let slots: Vec<Vec<Result<Slot, ErrorCode>>> = topics
+        .iter()
+        .map(|t| {
+            t.partitions
+                .iter()
+                .map(|w| match &w.target {
+                    Err(e) => Err(*e),
+                    Ok((shard, tp)) => Ok(fan_out.push(
+                        *shard,
+                        FetchPart {
+                            tp: tp.clone(),
+                            offset: w.offset,
+                            max_bytes: w.max_bytes,
+                            replica_id,
+                            current_leader_epoch: w.current_leader_epoch,
+                        },
+                    )),
+                })
+                .collect()
+        })
+        .collect();
+    let mut replies = fan_out
+        .start(ctx, |parts| ShardOp::Fetch { parts, max_bytes })
+        .await
+        .finish(|reply| match reply {
+            ShardReply::Fetch(r) => Some(r),
+            _ => None,
+        })
+        .await;
     slots
         .into_iter()
         .map(|s| {
             s.into_iter()
                 .map(|slot| match slot {
                     Err(e) => FetchResult::error(e),
-                    Ok((shard, i)) => replies
-                        .get_mut(shard)
-                        .and_then(|r| r.get_mut(i))
-                        .map(std::mem::take)
+                    Ok(slot) => replies
+                        .take(slot)
                         .unwrap_or_else(|| FetchResult::error(ErrorCode::NotLeaderOrFollower)),
                 })
                 .collect()
@@ -246,43 +232,23 @@ async fn wait_for_data(
     timeout: Duration,
     follower: bool,
 ) {
-    let nr = ctx.shared.nr_shards;
-    let mut per_shard: Vec<Vec<(TopicPartition, i64)>> = (0..nr).map(|_| Vec::new()).collect();
+    let mut fan_out = FanOut::new(ctx.shared.nr_shards);
     for t in topics {
         for w in &t.partitions {
             if let Ok((shard, tp)) = &w.target {
-                per_shard[*shard].push((tp.clone(), w.offset));
+                fan_out.push(*shard, (tp.clone(), w.offset));
             }
         }
     }
-    let mut waits = Vec::new();
-    for (shard, parts) in per_shard.into_iter().enumerate() {
-        if !parts.is_empty() {
-            let started = begin(
-                ctx,
-                shard,
-                ShardOp::WaitForData {
-                    parts,
-                    timeout,
-                    follower,
-                },
-            )
-            .await;
-            waits.push(started.finish().boxed_local());
-        }
-    }
-    let timer = glommio::timer::sleep(timeout);
-    if waits.is_empty() {
-        timer.await;
-    } else {
-        futures_lite::future::or(
-            async {
-                futures::future::select_all(waits).await;
-            },
-            timer,
-        )
+    let launched = fan_out
+        .start(ctx, |parts| ShardOp::WaitForData {
+            parts,
+            timeout,
+            follower,
+        })
         .await;
-    }
+    // The first shard to see data ends the wait; with no partition to watch, only the timer.
+    futures_lite::future::or(launched.any(), glommio::timer::sleep(timeout)).await;
 }
 
 /// Encodes the response frame as a list of buffers, record batches included by reference.

@@ -1,5 +1,6 @@
 //! Produce: validate each partition's batches, append them on the owner shards (started in
-//! request order), then wait for durability as `acks` and the topic's flush policy require.
+//! request order, through `route::FanOut`), then wait for durability as `acks` and the
+//! topic's flush policy require.
 use std::rc::Rc;
 
 use futures::future::LocalBoxFuture;
@@ -9,20 +10,17 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
-use crate::shard::mesh::{begin, Started};
+use crate::server::route::{FanOut, Slot};
 use crate::shard::ops::{ShardOp, ShardReply};
 use crate::shard::partition_service::produce::ProduceResult;
 use crate::shard::ShardCtx;
 use crate::shard::TopicPartition;
 
-/// Where a partition's answer comes from: an immediate error or slot `index` of the reply
-/// of the op sent to shard `shard`.
+/// Where a partition's answer comes from: an immediate error or its slot in the replies of
+/// the owner shards.
 enum Source {
     Error(ErrorCode),
-    Shard {
-        shard: usize,
-        index: usize,
-    },
+    Shard(Slot),
     /// Refused: the disk is under its free-space reserve.
     DiskFull(ErrorCode),
 }
@@ -39,8 +37,7 @@ pub async fn handle(
     let acks = req.acks;
     let catalog = ctx.shared.catalog.load();
     let nr_shards = ctx.shared.nr_shards;
-    let mut per_shard: Vec<Vec<(TopicPartition, Option<bytes::Bytes>)>> =
-        (0..nr_shards).map(|_| Vec::new()).collect();
+    let mut fan_out: FanOut<(TopicPartition, Option<bytes::Bytes>)> = FanOut::new(nr_shards);
     let mut layout: Vec<(String, Vec<(i32, Source)>)> = Vec::with_capacity(req.topic_data.len());
     let invalid_acks = !(-1..=1).contains(&acks);
     // Under the free-space reserve every partition is refused before anything is appended
@@ -89,22 +86,16 @@ pub async fn handle(
                     {
                         Source::Error(ErrorCode::NotLeaderOrFollower)
                     }
-                    Some(pm) => {
-                        let shard = (catalog.local_shard(pm).unwrap_or(0) as usize)
-                            .min(nr_shards.saturating_sub(1));
-                        let list = &mut per_shard[shard];
-                        list.push((
+                    Some(pm) => Source::Shard(fan_out.push(
+                        catalog.local_shard(pm).unwrap_or(0) as usize,
+                        (
                             TopicPartition {
                                 topic: name.clone(),
                                 partition: p.index,
                             },
                             p.records,
-                        ));
-                        Source::Shard {
-                            shard,
-                            index: list.len() - 1,
-                        }
-                    }
+                        ),
+                    )),
                 }
             };
             parts.push((p.index, source));
@@ -112,30 +103,21 @@ pub async fn handle(
         layout.push((name, parts));
     }
     // Start every shard's part now, in request order per shard.
-    let mut started: Vec<Option<Started>> = Vec::with_capacity(nr_shards);
-    for (shard, parts) in per_shard.into_iter().enumerate() {
-        if parts.is_empty() {
-            started.push(None);
-            continue;
-        }
-        let op = ShardOp::Produce {
+    let timeout_ms = req.timeout_ms;
+    let launched = fan_out
+        .start(ctx, |parts| ShardOp::Produce {
             acks,
-            timeout_ms: req.timeout_ms,
+            timeout_ms,
             parts,
-        };
-        started.push(Some(begin(ctx, shard, op).await));
-    }
+        })
+        .await;
     let finish = async move {
-        let mut replies: Vec<Vec<ProduceResult>> = Vec::with_capacity(started.len());
-        for s in started {
-            replies.push(match s {
-                Some(s) => match s.finish().await {
-                    ShardReply::Produce(r) => r,
-                    _ => Vec::new(),
-                },
-                None => Vec::new(),
-            });
-        }
+        let mut replies = launched
+            .finish(|reply| match reply {
+                ShardReply::Produce(r) => Some(r),
+                _ => None,
+            })
+            .await;
         let responses = layout
             .into_iter()
             .map(|(name, parts)| {
@@ -155,11 +137,9 @@ pub async fn handle(
                                         log_start_offset: -1,
                                         record_errors: Vec::new(),
                                     }),
-                                    Source::Shard { shard, index } => replies
-                                        .get(shard)
-                                        .and_then(|r| r.get(index))
-                                        .cloned()
-                                        .ok_or(ErrorCode::RequestTimedOut),
+                                    Source::Shard(slot) => {
+                                        replies.take(slot).ok_or(ErrorCode::RequestTimedOut)
+                                    }
                                 };
                                 partition_response(index, r)
                             })
