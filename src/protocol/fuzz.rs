@@ -183,6 +183,9 @@ mod tests {
             ApiKey::ListPartitionReassignments => {
                 RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
             }
+            ApiKey::DescribeLogDirs => {
+                RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default())
+            }
             other => panic!("{other:?} is in SUPPORTED but has no test request"),
         }
     }
