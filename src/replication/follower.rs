@@ -70,7 +70,7 @@ impl FollowerState {
         self.leader_epoch
     }
 
-    pub fn hw(&self) -> i64 {
+    pub fn high_watermark(&self) -> i64 {
         self.hw
     }
 
@@ -335,7 +335,7 @@ mod tests {
                 FollowerCommand::Fetch { offset: 4 }
             ]
         );
-        assert_eq!(f.hw(), 3);
+        assert_eq!(f.high_watermark(), 3);
     }
 
     /// Answers that name no common epoch: an UNDEFINED leader answer keeps only what is

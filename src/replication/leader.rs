@@ -127,7 +127,7 @@ impl LeaderState {
         }
     }
 
-    pub fn hw(&self) -> i64 {
+    pub fn high_watermark(&self) -> i64 {
         self.hw
     }
 
@@ -414,12 +414,12 @@ mod tests {
             l.handle_local_leo(local, 1);
             l.handle_follower_fetch(2, f2, 5, 1).expect("fetch");
             l.handle_follower_fetch(3, f3, 5, 1).expect("fetch");
-            assert_eq!(l.hw(), hw, "local {local} f2 {f2} f3 {f3}");
+            assert_eq!(l.high_watermark(), hw, "local {local} f2 {f2} f3 {f3}");
         }
         // A reordered older fetch never lowers a LEO nor the HW.
         l.handle_follower_fetch(2, 12, 5, 2).expect("fetch");
         assert_eq!(l.follower_leo(2), Some(30));
-        assert_eq!(l.hw(), 30);
+        assert_eq!(l.high_watermark(), 30);
     }
 
     /// The HW waits for an ISR member that has not fetched yet in this epoch, and ignores a
@@ -430,7 +430,7 @@ mod tests {
         assert_eq!(l.handle_local_leo(20, 1), vec![]);
         // Replica 3 is out of sync and far behind: it must not hold the HW back.
         l.handle_follower_fetch(3, 0, 5, 1).expect("fetch");
-        assert_eq!(l.hw(), 10);
+        assert_eq!(l.high_watermark(), 10);
         let cmds = l.handle_follower_fetch(2, 20, 5, 1).expect("fetch");
         assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
     }
@@ -460,7 +460,7 @@ mod tests {
         l.handle_local_leo(20, 3);
         l.handle_follower_fetch(2, 20, 5, 3).expect("fetch");
         l.handle_follower_fetch(4, 20, 5, 3).expect("fetch");
-        assert_eq!(l.hw(), 20);
+        assert_eq!(l.high_watermark(), 20);
         assert_eq!(
             l.handle_follower_fetch(3, 10, 5, 3),
             Err(ReplicaError::NotLeaderOrFollower)
@@ -496,7 +496,11 @@ mod tests {
         for t in (20..=200).step_by(20) {
             l.handle_follower_fetch(2, 20, 5, t).expect("fetch");
         }
-        assert_eq!(l.hw(), 10, "follower 3 still in ISR holds the HW");
+        assert_eq!(
+            l.high_watermark(),
+            10,
+            "follower 3 still in ISR holds the HW"
+        );
         assert_eq!(l.handle_tick(100), vec![], "within the lag time");
         let cmds = l.handle_tick(150);
         assert_eq!(
@@ -509,7 +513,7 @@ mod tests {
         );
         // While the shrink is pending the HW still counts follower 3 (maximal ISR).
         assert_eq!(l.handle_tick(160), vec![], "one AlterIsr in flight");
-        assert_eq!(l.hw(), 10);
+        assert_eq!(l.high_watermark(), 10);
         let cmds = l.handle_isr_committed(vec![1, 2], 8);
         assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
         assert_eq!(l.isr(), &[1, 2]);
@@ -521,7 +525,7 @@ mod tests {
     fn expand_when_caught_up() {
         let mut l = LeaderState::new(1, 5, 7, vec![1, 2, 3], vec![1, 2], 10, 8, 10, 0, 100);
         l.handle_follower_fetch(2, 10, 5, 0).expect("fetch");
-        assert_eq!(l.hw(), 10);
+        assert_eq!(l.high_watermark(), 10);
         // At the HW but before the epoch start would also be refused; here LEO 9 < HW 10.
         assert_eq!(l.handle_follower_fetch(3, 9, 5, 1).expect("fetch"), vec![]);
         let cmds = l.handle_follower_fetch(3, 10, 5, 2).expect("fetch");
@@ -535,9 +539,9 @@ mod tests {
         );
         l.handle_local_leo(15, 3);
         l.handle_follower_fetch(2, 15, 5, 4).expect("fetch");
-        assert_eq!(l.hw(), 10, "pending member 3 holds the HW");
+        assert_eq!(l.high_watermark(), 10, "pending member 3 holds the HW");
         l.handle_follower_fetch(3, 15, 5, 5).expect("fetch");
-        assert_eq!(l.hw(), 15);
+        assert_eq!(l.high_watermark(), 15);
         l.handle_isr_committed(vec![1, 2, 3], 8);
         assert!(l.acks_all_allowed(3));
     }

@@ -705,7 +705,7 @@ impl Sim {
                 let start = offset as usize;
                 let end = (start + FETCH_RECORDS_MAX).min(node.log.len());
                 let records = node.log[start..end].to_vec();
-                let hw = l.hw();
+                let hw = l.high_watermark();
                 self.send(
                     to,
                     from,
@@ -958,7 +958,7 @@ impl Sim {
                 // Leadership lost: the producer gets an error and retries; not acked.
                 _ => continue,
             };
-            if leader.hw() <= offset {
+            if leader.high_watermark() <= offset {
                 self.pending_acks.push((id, epoch, offset, rec));
                 continue;
             }
@@ -1002,16 +1002,16 @@ impl Sim {
                 // (b) HW within every ISR member's LEO; (c) monotonic in its epoch.
                 for &m in l.isr() {
                     let leo = self.nodes[m as usize].leo();
-                    if l.hw() > leo {
+                    if l.high_watermark() > leo {
                         self.fail(format!(
                             "leader {} HW {} past ISR member {m}'s LEO {leo}",
                             node.id,
-                            l.hw()
+                            l.high_watermark()
                         ));
                     }
                 }
                 let recorded = self.hw_by_epoch.get(&(node.id, l.leader_epoch())).copied();
-                if recorded.is_some_and(|h| h != l.hw()) {
+                if recorded.is_some_and(|h| h != l.high_watermark()) {
                     self.fail(format!("leader {} HW changed without AdvanceHw", node.id));
                 }
             }

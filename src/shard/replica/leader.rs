@@ -42,7 +42,7 @@ pub fn on_follower_fetch(
         match s.handle_follower_fetch(replica, fetch_offset, current_leader_epoch, now) {
             Ok(more) => {
                 cmds.extend(more);
-                outcome = Ok(s.hw());
+                outcome = Ok(s.high_watermark());
             }
             Err(e) => outcome = Err(replica_error_code(e)),
         }

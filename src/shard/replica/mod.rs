@@ -142,7 +142,7 @@ impl Replicas {
     /// The high watermark a leader reports.
     pub fn leader_hw(&self, tp: &TopicPartition) -> Option<i64> {
         match self.roles.borrow().get(tp) {
-            Some(Role::Leader(l)) => Some(l.state.hw()),
+            Some(Role::Leader(l)) => Some(l.state.high_watermark()),
             _ => None,
         }
     }
