@@ -20,6 +20,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
 use super::limits::GROUP_METADATA_BYTES_MAX;
+use crate::protocol::cursor::{Cursor, Truncated};
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum RecordError {
@@ -160,31 +161,16 @@ pub fn encode_group(v: &GroupValue) -> Bytes {
     buf.freeze()
 }
 
-/// A bounds-checked cursor over untrusted bytes.
-struct Reader<'a> {
-    buf: &'a [u8],
+/// The cursor over an untrusted `__consumer_offsets` record; its field readers below.
+type Reader<'a> = Cursor<'a, RecordError>;
+
+impl From<Truncated> for RecordError {
+    fn from(_: Truncated) -> Self {
+        RecordError::Truncated
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
-        let (head, rest) = self.buf.split_at_checked(n).ok_or(RecordError::Truncated)?;
-        self.buf = rest;
-        Ok(head)
-    }
-    fn i16(&mut self) -> Result<i16, RecordError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, RecordError> {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(self.take(4)?);
-        Ok(i32::from_be_bytes(a))
-    }
-    fn i64(&mut self) -> Result<i64, RecordError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(i64::from_be_bytes(a))
-    }
+impl Reader<'_> {
     fn nstr(&mut self) -> Result<Option<String>, RecordError> {
         let len = self.i16()?;
         if len < 0 {
@@ -215,7 +201,7 @@ impl<'a> Reader<'a> {
 }
 
 pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, RecordError> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     match r.i16()? {
         // Kafka's v0 and v1 offset keys share a layout.
         0 | OFFSET_KEY_VERSION => Ok(RecordKey::Offset {
@@ -229,7 +215,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, RecordError> {
 }
 
 pub fn decode_offset(bytes: &[u8]) -> Result<OffsetValue, RecordError> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     let version = r.i16()?;
     if version != OFFSET_VALUE_VERSION {
         return Err(RecordError::UnknownValueVersion(version));
@@ -243,7 +229,7 @@ pub fn decode_offset(bytes: &[u8]) -> Result<OffsetValue, RecordError> {
 }
 
 pub fn decode_group(bytes: &[u8]) -> Result<GroupValue, RecordError> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     let version = r.i16()?;
     if version != GROUP_VALUE_VERSION {
         return Err(RecordError::UnknownValueVersion(version));

@@ -26,6 +26,7 @@ use thiserror::Error;
 
 use super::limits::{TRANSACTIONAL_ID_LEN_MAX, TXN_PARTITIONS_MAX};
 use super::state::{TxnFields, TxnPartition, TxnState};
+use crate::protocol::cursor::{Cursor, Truncated};
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
 
 /// The only key version (and, since KIP-915, the record type id of a transaction record).
@@ -228,34 +229,16 @@ pub fn encode_value(value: &TxnLogValue, version: i16) -> Bytes {
     buf.freeze()
 }
 
-/// A bounds-checked cursor over untrusted bytes.
-struct Reader<'a> {
-    buf: &'a [u8],
+/// The cursor over an untrusted `__transaction_state` record; its field readers below.
+type Reader<'a> = Cursor<'a, RecordError>;
+
+impl From<Truncated> for RecordError {
+    fn from(_: Truncated) -> Self {
+        RecordError::Truncated
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
-        let (head, rest) = self.buf.split_at_checked(n).ok_or(RecordError::Truncated)?;
-        self.buf = rest;
-        Ok(head)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], RecordError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-    fn i8(&mut self) -> Result<i8, RecordError> {
-        Ok(i8::from_be_bytes(self.array()?))
-    }
-    fn i16(&mut self) -> Result<i16, RecordError> {
-        Ok(i16::from_be_bytes(self.array()?))
-    }
-    fn i32(&mut self) -> Result<i32, RecordError> {
-        Ok(i32::from_be_bytes(self.array()?))
-    }
-    fn i64(&mut self) -> Result<i64, RecordError> {
-        Ok(i64::from_be_bytes(self.array()?))
-    }
+impl Reader<'_> {
     fn uvarint(&mut self) -> Result<u32, RecordError> {
         let mut v: u32 = 0;
         for i in 0..5 {
@@ -319,7 +302,7 @@ impl<'a> Reader<'a> {
 }
 
 pub fn decode_key(bytes: &[u8]) -> Result<String, RecordError> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     match r.i16()? {
         KEY_VERSION => r.str(),
         v => Err(RecordError::UnknownKeyVersion(v)),
@@ -339,7 +322,7 @@ fn tag_i16(data: &[u8]) -> Result<i16, RecordError> {
 }
 
 pub fn decode_value(bytes: &[u8]) -> Result<TxnLogValue, RecordError> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     let version = r.i16()?;
     if !(0..=1).contains(&version) {
         return Err(RecordError::UnknownValueVersion(version));
@@ -408,8 +391,8 @@ pub fn decode_value(bytes: &[u8]) -> Result<TxnLogValue, RecordError> {
             Ok(())
         })?;
     }
-    if !r.buf.is_empty() {
-        return Err(RecordError::Trailing(r.buf.len()));
+    if !r.remaining().is_empty() {
+        return Err(RecordError::Trailing(r.remaining().len()));
     }
     Ok(value)
 }
