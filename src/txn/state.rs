@@ -272,6 +272,29 @@ impl TxnMetadata {
         Ok(next)
     }
 
+    /// The fields of an Empty transaction (no partitions, not started) under the given producer
+    /// id and epochs: what both InitProducerId paths (epoch bump, id rotation) prepare.
+    fn empty_at(
+        &self,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        last_producer_epoch: ProducerEpoch,
+        timeout_ms: i32,
+        now_ms: i64,
+    ) -> TxnFields {
+        TxnFields {
+            producer_id,
+            producer_epoch,
+            last_producer_epoch,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            start_timestamp_ms: -1,
+            last_update_timestamp_ms: now_ms,
+            ..self.fields.clone()
+        }
+    }
+
     /// InitProducerId on an id with no open transaction: bump the epoch (Kafka's
     /// `prepareIncrementProducerEpoch`). `expected` is the epoch a recovering producer says it
     /// has (KIP-360): equal to the current one, bump; equal to the last one, a retry of a bump
@@ -294,16 +317,7 @@ impl TxnMetadata {
             }
             Some(_) => return Err(TransitionError::Fenced),
         };
-        let next = TxnFields {
-            producer_epoch: epoch,
-            last_producer_epoch: last,
-            timeout_ms,
-            state: TxnState::Empty,
-            partitions: BTreeSet::new(),
-            start_timestamp_ms: -1,
-            last_update_timestamp_ms: now_ms,
-            ..self.fields.clone()
-        };
+        let next = self.empty_at(self.fields.producer_id, epoch, last, timeout_ms, now_ms);
         self.prepare(next)
     }
 
@@ -322,21 +336,12 @@ impl TxnMetadata {
             "rotating the producer id of {} with a transaction open",
             self.transactional_id
         );
-        let next = TxnFields {
-            producer_id: new_producer_id,
-            producer_epoch: ProducerEpoch(0),
-            last_producer_epoch: if record_last_epoch {
-                self.fields.producer_epoch
-            } else {
-                ProducerEpoch::NONE
-            },
-            timeout_ms,
-            state: TxnState::Empty,
-            partitions: BTreeSet::new(),
-            start_timestamp_ms: -1,
-            last_update_timestamp_ms: now_ms,
-            ..self.fields.clone()
+        let last = if record_last_epoch {
+            self.fields.producer_epoch
+        } else {
+            ProducerEpoch::NONE
         };
+        let next = self.empty_at(new_producer_id, ProducerEpoch(0), last, timeout_ms, now_ms);
         self.prepare(next)
     }
 
