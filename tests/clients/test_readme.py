@@ -173,8 +173,8 @@ SINGLE_NODE_CHECKS: dict[str, Check] = {
     "strata group delete my-group": expect("deleted group my-group"),
     "strata topic delete orders": expect("deleted topic orders"),
     "strata bench produce --topic load --partitions 8 --record-size 1024 --producers 8 --acks all "
-    "--duration 10": bench_ok("produce"),
-    "strata bench consume --topic load --from earliest --duration 10": bench_ok("consume"),
+    "--records 2000000": bench_ok("produce"),
+    "strata bench consume --topic load --from earliest --records 2000000": bench_ok("consume"),
     "strata bench e2e --topic e2e --partitions 8 --rate 100000 --duration 10": bench_ok("e2e"),
     "logger -n 127.0.0.1 -P 6514 -T --octet-count --rfc5424 -t myapp 'hello from syslog'": expect(),
     "curl -s -H 'Content-Type: text/plain' --data-binary $'one\\ntwo\\n' "
