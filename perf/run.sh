@@ -5,6 +5,9 @@
 #
 # Usage: perf/run.sh [--full] [--log-scaling] [--bootstrap HOST:PORT] [--data-dir DIR]
 #                    [--out DIR] [--seconds N] [--no-limits]
+#        perf/run.sh --peer kafka [perf/peer.py options: --rounds N --seconds N --quick ...]
+#   --peer kafka    Strata beside Apache Kafka 4.1 (as shipped, and with flush.messages=1) in
+#                   one run: perf/peer.py (see its header); prints a section for RESULTS.md
 #   --full          the whole matrix (sizes x partitions x producers x acks); slow
 #   --log-scaling   only the log-size scaling test (>= 20 GB partition; opt-in, slow)
 #   --bootstrap     measure another Kafka-compatible broker; Strata is not started
@@ -19,6 +22,11 @@ BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 DATA_DIR="${PERF_DATA_DIR:-/var/tmp/strata-perf}"
 OUT=""
 OUT_GIVEN=0; FULL=0; LOG_SCALING=0; BOOTSTRAP=""; SECONDS_PER_RUN=6; WARMUP=2; LIMITS=1
+if [[ "${1:-}" == "--peer" ]]; then
+  [[ "${2:-}" == "kafka" ]] || { echo "--peer takes: kafka" >&2; exit 2; }
+  shift 2
+  exec python3 "$ROOT/perf/peer.py" "$@"
+fi
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --full) FULL=1 ;;
@@ -244,5 +252,10 @@ REPORT="$ROOT/perf/RESULTS.md"
 [[ $LOG_SCALING == 1 ]] && REPORT="$ROOT/perf/RESULTS-log-scaling.md"
 [[ $OUT_GIVEN == 1 ]] && { REPORT="$OUT/$(basename "$REPORT")"; export PERF_CHART_DIR="$OUT"; }  # trial runs leave perf/ alone
 python3 "$ROOT/perf/report.py" report "$OUT" "$TARGET" "$FULL" "$LOG_SCALING" > "$REPORT.new"
+# The hand-written analysis and the other harnesses' sections below the generated tables stay.
+if [[ -f "$REPORT" ]] && grep -q '^## Analysis (hand-written' "$REPORT"; then
+  echo >> "$REPORT.new"
+  sed -n '/^## Analysis (hand-written/,$p' "$REPORT" >> "$REPORT.new"
+fi
 mv "$REPORT.new" "$REPORT"
 log "wrote $REPORT (and charts in perf/)"

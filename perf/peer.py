@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""Strata beside Apache Kafka 4.1, in the same run on the same machine (issue 14).
+
+Three brokers run side by side on loopback, each with its data on the same disk:
+  strata         `strata serve` with its defaults: every acks=all answer waits for fdatasync
+  kafka          Apache Kafka 4.1 as shipped (one KRaft node, tests/kafka/reference_kafka.py):
+                 acks come from the page cache, the OS writes back later
+  kafka-flush1   the same with `log.flush.interval.messages=1` (the broker-wide
+                 `flush.messages=1`): Kafka syncs before it answers, Strata's durability
+
+Figures are interleaved per round (figure 1 on every broker, then figure 2, ...) so machine
+drift hits all three alike; the report gives each figure's median over the rounds and the
+ratio to each peer. The same client drives every broker: `strata bench` (a generic Kafka
+client) for the throughput and open-loop figures, and Kafka's own ProducerPerformance and
+EndToEndLatency (kafka-tools 4.1, the Java client) so no figure depends on our client alone.
+Machine limits (fio direct-I/O write/read, fdatasync latency) are measured in the same run.
+Broker CPU is read from /proc (utime + stime of the broker process) around each produce run.
+
+Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
+       (also `perf/run.sh --peer kafka [same options]`)
+Needs: target/release/strata (or STRATA_BIN), tests/kafka/lib (tests/fetch-jars.sh kafka),
+fio (installed from Debian's packages if missing), root for dropping the page cache before
+the cold-read figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "kafka"))
+from reference_kafka import ReferenceKafka, free_port  # noqa: E402
+
+BIN = Path(os.environ.get("STRATA_BIN", ROOT / "target" / "release" / "strata"))
+RUN_CLASS = ROOT / "tests" / "kafka" / "run-class.sh"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The reference broker's heap: Kafka's scripts ship with 1 GiB; Kafka's operations docs run
+# production brokers with 6 GiB. The machine has 24 GiB; 4 GiB keeps GC out of the figures.
+KAFKA_HEAP = os.environ.get("STRATA_PEER_KAFKA_HEAP", "4g")
+BENCH_TIMEOUT_S = 600
+# Java tools' client heap (ProducerPerformance buffers up to buffer.memory = 32 MiB).
+TOOL_HEAP = "-Xmx1g"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds (fields 14 and 15 of /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class Strata:
+    name = "strata"
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.workdir / "strata.log", "ab")
+        self.proc = subprocess.Popen([str(BIN), "serve", "--listen", self.bootstrap,
+                                      "--data-dir", str(self.workdir / "data")],
+                                     stdout=log_file, stderr=subprocess.STDOUT)
+        log_file.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"strata exited ({self.proc.returncode}); see {self.workdir}/strata.log")
+            if subprocess.run([str(BIN), "topic", "list", "--bootstrap", self.bootstrap],
+                              capture_output=True).returncode == 0:
+                return
+            time.sleep(0.1)
+        raise TimeoutError("strata did not answer within 60 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+    def make_cold(self) -> None:
+        """Nothing of the log in memory: Strata reads with O_DIRECT, so only its tail cache
+        holds data, and a restart empties it."""
+        self.stop()
+        self.start()
+
+
+class Kafka:
+    def __init__(self, name: str, workdir: Path, overrides: dict[str, str]):
+        self.name = name
+        self.ref = ReferenceKafka(workdir, overrides=overrides, heap=KAFKA_HEAP)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.ref.bootstrap
+
+    @property
+    def pid(self) -> int:
+        assert self.ref.proc is not None
+        return self.ref.proc.pid
+
+    def start(self) -> None:
+        self.ref.start()
+
+    def stop(self) -> None:
+        self.ref.stop()
+
+    def make_cold(self) -> None:
+        """Kafka's data cache is the page cache: drop it (root only)."""
+        drop_page_cache()
+
+
+def drop_page_cache() -> None:
+    subprocess.run(["sync"], check=False)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as e:
+        log(f"cannot drop the page cache ({e}): the cold-read figure for Kafka is warm")
+
+
+def strata_bench(broker, label: str, args: list[str], commands: list[str]) -> dict:
+    cmd = [str(BIN), "bench", *args, "--bootstrap", broker.bootstrap, "--json", "--label", label]
+    commands.append(" ".join(cmd).replace(str(ROOT) + "/", ""))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
+    if r.returncode != 0:
+        return {"label": label, "failed": True, "error": (r.stderr or r.stdout)[-300:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def java_tool(args: list[str], commands: list[str]) -> str:
+    commands.append(" ".join(["tests/kafka/run-class.sh", *args]))
+    env = dict(os.environ, KAFKA_HEAP_OPTS=TOOL_HEAP, KAFKA_LOG_LEVEL="WARN")
+    r = subprocess.run([str(RUN_CLASS), *args], capture_output=True, text=True, env=env,
+                       timeout=BENCH_TIMEOUT_S)
+    if r.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed ({r.returncode}): {r.stderr[-500:]}")
+    return r.stdout
+
+
+def create_topic(broker, topic: str, partitions: int) -> None:
+    subprocess.run([str(BIN), "topic", "create", topic, "--partitions", str(partitions),
+                    "--bootstrap", broker.bootstrap], capture_output=True, timeout=60)
+
+
+def delete_topic(broker, topic: str) -> None:
+    subprocess.run([str(BIN), "topic", "delete", topic, "--bootstrap", broker.bootstrap],
+                   capture_output=True, timeout=60)
+    time.sleep(1)  # Kafka deletes asynchronously; let the files go before the next figure
+
+
+# ------------------------------------------------------------------ figures
+# Each takes (broker, round, ctx) and returns a dict of named values (or {"failed": ...}).
+
+def with_cpu(broker, run) -> dict:
+    before = cpu_seconds(broker.pid)
+    result = run()
+    used = cpu_seconds(broker.pid) - before
+    gb = result.get("bytes", 0) / 1e9
+    if gb > 0:
+        result["broker_cpu_s_per_gb"] = round(used / gb, 3)
+    return result
+
+
+def fig_produce_1k_all(broker, rnd, ctx) -> dict:
+    topic = f"p1k-{rnd}"
+    r = with_cpu(broker, lambda: strata_bench(broker, f"{broker.name} produce 1KiB acks=all", [
+        "produce", "--topic", topic, "--partitions", "16", "--record-size", "1024", "--producers", "8",
+        "--acks", "all", "--warmup", "2", "--duration", str(ctx["seconds"])], ctx["commands"]))
+    delete_topic(broker, topic)
+    return r
+
+
+def fig_produce_100_acks1(broker, rnd, ctx) -> dict:
+    topic = f"p100-{rnd}"
+    r = with_cpu(broker, lambda: strata_bench(broker, f"{broker.name} produce 100B acks=1", [
+        "produce", "--topic", topic, "--partitions", "16", "--record-size", "100", "--producers", "8",
+        "--acks", "1", "--warmup", "2", "--duration", str(ctx["seconds"])], ctx["commands"]))
+    delete_topic(broker, topic)
+    return r
+
+
+def fig_open_loop(broker, rnd, ctx) -> dict:
+    """acks=all at a fixed rate: half of what Strata reached closed loop in this round (the
+    same offered load for every broker)."""
+    rate = ctx.get("open_loop_rate")
+    if not rate:
+        return {"failed": True, "error": "no Strata closed-loop rate this round"}
+    topic = f"ol-{rnd}"
+    r = strata_bench(broker, f"{broker.name} acks=all at {rate} rec/s", [
+        "produce", "--topic", topic, "--partitions", "16", "--record-size", "1024", "--producers", "8",
+        "--acks", "all", "--rate", str(rate), "--warmup", "2", "--duration", str(ctx["seconds"])],
+        ctx["commands"])
+    r["offered_rate"] = rate
+    delete_topic(broker, topic)
+    return r
+
+
+PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg "
+                       r"latency, ([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
+
+
+def fig_java_producer_perf(broker, rnd, ctx) -> dict:
+    """Kafka's ProducerPerformance (the Java client), 1 KiB acks=all, as fast as it goes."""
+    topic = f"jpp-{rnd}"
+    create_topic(broker, topic, 16)
+    records = ctx["java_records"]
+
+    def run() -> dict:
+        out = java_tool(["org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                         "--num-records", str(records), "--record-size", "1024", "--throughput", "-1",
+                         "--producer-props", f"bootstrap.servers={broker.bootstrap}", "acks=all",
+                         "linger.ms=5", "batch.size=131072"], ctx["commands"])
+        m = None
+        for m in PERF_LINE.finditer(out):
+            pass
+        if not m:
+            return {"failed": True, "error": out[-300:]}
+        # The tool's MB/sec is MiB of record values per second; report 10^6 bytes like bench.
+        rps = float(m.group(2))
+        return {"records": int(m.group(1)), "records_per_sec": rps, "mb_per_sec": round(rps * 1024 / 1e6, 3),
+                "bytes": int(m.group(1)) * 1024,
+                "latency_ms": {"avg": float(m.group(4)), "p50": int(m.group(6)), "p99": int(m.group(8)),
+                               "max": float(m.group(5))}}
+    r = with_cpu(broker, run)
+    delete_topic(broker, topic)
+    return r
+
+
+def fig_java_e2e(broker, rnd, ctx) -> dict:
+    """Kafka's EndToEndLatency: one record at a time, acks=all, produce to consume."""
+    topic = f"e2e-{rnd}"
+    create_topic(broker, topic, 1)
+    out = java_tool(["org.apache.kafka.tools.EndToEndLatency", broker.bootstrap, topic,
+                     str(ctx["e2e_records"]), "all", "1024"], ctx["commands"])
+    delete_topic(broker, topic)
+    avg = re.search(r"Avg latency: ([\d.]+) ms", out)
+    pct = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+), 99.9th = ([\d.]+)", out)
+    if not (avg and pct):
+        return {"failed": True, "error": out[-300:]}
+    return {"latency_ms": {"avg": float(avg.group(1)), "p50": float(pct.group(1)),
+                           "p99": float(pct.group(2)), "p999": float(pct.group(3))}}
+
+
+def fig_cold_read(broker, rnd, ctx) -> dict:
+    """Consume 2 partitions from disk after the broker's caches were emptied."""
+    topic = f"cold-{rnd}"
+    records = ctx["cold_records"]
+    fill = strata_bench(broker, f"{broker.name} fill", [
+        "produce", "--topic", topic, "--partitions", "2", "--record-size", "1024", "--producers", "4",
+        "--acks", "1", "--records", str(records)], ctx["commands"])
+    if fill.get("failed"):
+        return fill
+    broker.make_cold()
+    r = strata_bench(broker, f"{broker.name} cold read", [
+        "consume", "--topic", topic, "--consumers", "2", "--from", "earliest", "--records", str(records)],
+        ctx["commands"])
+    delete_topic(broker, topic)
+    return r
+
+
+FIGURES = [
+    ("produce 1 KiB acks=all, 16 partitions, 8 connections (strata bench)", "mb_per_sec", "MB/s",
+     fig_produce_1k_all),
+    ("produce 100 B acks=1, 16 partitions, 8 connections (strata bench)", "records_per_sec", "records/s",
+     fig_produce_100_acks1),
+    ("produce 1 KiB acks=all, Kafka's ProducerPerformance (Java client)", "mb_per_sec", "MB/s",
+     fig_java_producer_perf),
+    ("open loop acks=all at half Strata's closed-loop rate: p99", "p99_ms", "ms", fig_open_loop),
+    ("end to end, Kafka's EndToEndLatency (1 record at a time, acks=all): p99", "p99_ms", "ms",
+     fig_java_e2e),
+    ("consume from disk after caches emptied, 2 partitions", "mb_per_sec", "MB/s", fig_cold_read),
+]
+
+
+def value_of(result: dict, key: str):
+    if result.get("failed"):
+        return None
+    if key == "p99_ms":
+        if "latency_us" in result and result["latency_us"]:
+            return result["latency_us"]["p99"] / 1000
+        return (result.get("latency_ms") or {}).get("p99")
+    return result.get(key)
+
+
+# ------------------------------------------------------------------ machine limits
+def fio_limits(data_dir: Path, out: Path) -> dict:
+    if not shutil.which("fio"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], capture_output=True)
+    f = data_dir / "fio.tmp"
+    res = {}
+
+    def fio(name: str, args: list[str]) -> dict:
+        r = subprocess.run(["fio", f"--name={name}", f"--filename={f}", "--output-format=json", *args],
+                           capture_output=True, text=True)
+        (out / f"fio-{name}.json").write_text(r.stdout)
+        return json.loads(r.stdout)["jobs"][0]
+
+    log("fio: direct-I/O write and read, 1 MiB, queue depth 8; fdatasync latency at 16 KiB")
+    w = fio("write-1m", ["--rw=write", "--bs=1M", "--direct=1", "--size=2G", "--ioengine=io_uring",
+                         "--iodepth=8", "--runtime=15", "--end_fsync=1"])
+    res["fio_write_mb_s"] = round(w["write"]["bw_bytes"] / 1e6, 1)
+    r = fio("read-1m", ["--rw=read", "--bs=1M", "--direct=1", "--size=2G", "--ioengine=io_uring",
+                        "--iodepth=8", "--runtime=15"])
+    res["fio_read_mb_s"] = round(r["read"]["bw_bytes"] / 1e6, 1)
+    s = fio("fdatasync-16k", ["--rw=write", "--bs=16k", "--size=256M", "--fdatasync=1", "--ioengine=sync",
+                              "--runtime=10", "--time_based"])
+    sync = s.get("sync") or {}
+    pct = (sync.get("lat_ns") or {}).get("percentile") or {}
+    p99 = pct.get("99.000000")
+    res["fdatasync_p99_ms"] = round(p99 / 1e6, 3) if p99 else None
+    f.unlink(missing_ok=True)
+    return res
+
+
+# ------------------------------------------------------------------ report
+def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: str) -> str:
+    lines = [f"### Strata beside Apache Kafka 4.1.1 (`perf/run.sh --peer kafka`, {started})", ""]
+    lines.append(f"Build {ctx['build']}; {ctx['rounds']} round(s), medians; {ctx['seconds']} s measured per "
+                 f"strata-bench run (2 s warm-up); load average at start {ctx['load_start']}, at end "
+                 f"{ctx['load_end']}. Machine limits of this run: fio direct write "
+                 f"{limits.get('fio_write_mb_s')} MB/s, direct read {limits.get('fio_read_mb_s')} MB/s, "
+                 f"fdatasync p99 {limits.get('fdatasync_p99_ms')} ms (16 KiB).")
+    lines.append("")
+    head = "| figure | " + " | ".join(brokers) + " | strata / kafka | strata / kafka-flush1 |"
+    lines += [head, "|" + "---|" * (len(brokers) + 3)]
+    for title, key, unit, _ in FIGURES:
+        med = {}
+        for b in brokers:
+            vals = [v for v in (value_of(r, key) for r in results[title][b]) if v is not None]
+            med[b] = statistics.median(vals) if vals else None
+        cells = [f"{med[b]:,.1f}" if med[b] is not None else "failed" for b in brokers]
+
+        def ratio(peer: str) -> str:
+            if med.get("strata") is None or not med.get(peer):
+                return "-"
+            return f"{med['strata'] / med[peer]:.2f}x"
+        lines.append(f"| {title} ({unit}) | " + " | ".join(cells) + f" | {ratio('kafka')} | {ratio('kafka-flush1')} |")
+    cpu_rows = []
+    for title, _, _, _ in FIGURES:
+        vals = {b: [r.get("broker_cpu_s_per_gb") for r in results[title][b] if r.get("broker_cpu_s_per_gb")]
+                for b in brokers}
+        if any(vals.values()):
+            cells = [f"{statistics.median(v):.2f}" if v else "-" for v in vals.values()]
+            cpu_rows.append(f"| broker CPU s per GB: {title} | " + " | ".join(cells) + " | | |")
+    lines += cpu_rows
+    lines.append("")
+    achieved = []
+    for b in brokers:
+        runs = [r for r in results[FIGURES[3][0]][b] if not r.get("failed")]
+        if runs:
+            achieved.append(f"{b} {statistics.median(r['records_per_sec'] for r in runs):,.0f}")
+    offered = ctx.get("open_loop_rate")
+    if achieved and offered:
+        lines.append(f"Open loop: offered {offered:,} records/s (last round); achieved (median) "
+                     + ", ".join(achieved) + " records/s: a broker below the offered rate was "
+                     "saturated, and its p99 is a queue, not a service time.")
+        lines.append("")
+    errors = {b: sum(r.get("errors", 0) or 0 for t in results for r in results[t][b]) for b in brokers}
+    failed = {b: sum(1 for t in results for r in results[t][b] if r.get("failed")) for b in brokers}
+    lines.append("Errors seen by the clients: " + ", ".join(f"{b} {errors[b]}" for b in brokers)
+                 + "; failed runs: " + ", ".join(f"{b} {failed[b]}" for b in brokers) + ".")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seconds", type=int, default=6)
+    p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("PERF_DATA_DIR", "/var/tmp/strata-peer")))
+    p.add_argument("--out", type=Path, default=ROOT / "perf" / "out-peer")
+    p.add_argument("--quick", action="store_true", help="small runs, to check the harness")
+    p.add_argument("--no-limits", action="store_true")
+    args = p.parse_args()
+    ctx = {"seconds": args.seconds, "rounds": args.rounds, "commands": [],
+           "java_records": 300_000 if args.quick else 2_000_000,
+           "e2e_records": 1_000 if args.quick else 10_000,
+           "cold_records": 200_000 if args.quick else 2_000_000,
+           "build": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                   capture_output=True, text=True).stdout.strip(),
+           "load_start": os.getloadavg()[0]}
+    if args.quick:
+        ctx["seconds"] = min(args.seconds, 2)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    shutil.rmtree(args.data_dir, ignore_errors=True)
+    args.data_dir.mkdir(parents=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    limits = {} if args.no_limits else fio_limits(args.data_dir, args.out)
+    brokers = [Strata(args.data_dir / "strata"),
+               Kafka("kafka", args.data_dir / "kafka", {}),
+               Kafka("kafka-flush1", args.data_dir / "kafka-flush1", {"log.flush.interval.messages": "1"})]
+    results = {title: {b.name: [] for b in brokers} for title, *_ in FIGURES}
+    raw = open(args.out / "results.jsonl", "w")
+    try:
+        for b in brokers:
+            log(f"starting {b.name}")
+            b.start()
+        for rnd in range(args.rounds):
+            for title, key, unit, fig in FIGURES:
+                for b in brokers:
+                    log(f"round {rnd + 1}: {b.name}: {title}")
+                    try:
+                        r = fig(b, rnd, ctx)
+                    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+                        r = {"failed": True, "error": str(e)[-300:]}
+                    if fig is fig_produce_1k_all and b.name == "strata" and not r.get("failed"):
+                        ctx["open_loop_rate"] = int(r["records_per_sec"] / 2)
+                    r.update({"figure": title, "broker": b.name, "round": rnd})
+                    raw.write(json.dumps(r) + "\n")
+                    raw.flush()
+                    results[title][b.name].append(r)
+                    v = value_of(r, key)
+                    log(f"  {'FAILED: ' + r.get('error', '') if v is None else f'{v:,.2f} {unit}'}")
+    finally:
+        for b in brokers:
+            try:
+                b.stop()
+            except Exception as e:  # a broker that will not stop must not hide the results
+                log(f"stopping {b.name}: {e}")
+        raw.close()
+    ctx["load_end"] = os.getloadavg()[0]
+    text = report(results, limits, ctx, [b.name for b in brokers], started)
+    (args.out / "commands.txt").write_text("\n".join(dict.fromkeys(ctx["commands"])) + "\n")
+    (args.out / "report.md").write_text(text)
+    print(text)
+    shutil.rmtree(args.data_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
