@@ -1,32 +1,39 @@
 #!/usr/bin/env python3
-"""Summarises a perf/cleaner.sh run (its out dir, busy window start and end) as the markdown
-of perf/RESULTS.md's log-cleaner section: fio's limits, the cleaner's passes and their
-MB/s and ratio to fio, and produce busy vs idle."""
+"""Summarises a perf/cleaner.sh run (its out dir) as the markdown of perf/RESULTS.md's
+log-cleaner section: fio's limits, the cleaner's passes (MB/s and ratio to fio), and, per
+interleaved round, latency with the cleaner idle vs busy and how much of each busy bench the
+cleaner's pass covered."""
 import datetime
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
 out = Path(sys.argv[1])
-busy_from, busy_to = float(sys.argv[2]), float(sys.argv[3])
 
 
 def fio(name):
-    job = json.loads((out / f"fio-{name}.json").read_text())["jobs"][0]
+    path = out / f"fio-{name}.json"
+    if not path.exists():
+        return None
+    job = json.loads(path.read_text())["jobs"][0]
     return job["read"]["bw_bytes"] / 1e6, job["write"]["bw_bytes"] / 1e6
 
 
-rw_r, rw_w = fio("rw")
-read_only, _ = fio("read")
-_, write_only = fio("write")
-print("| limit (same run) | MB/s |\n|---|---|")
-print(f"| fio 1 MiB O_DIRECT qd 8, 50/50 read+write: read | {rw_r:,.1f} |")
-print(f"| fio 1 MiB O_DIRECT qd 8, 50/50 read+write: write | {rw_w:,.1f} |")
-print(f"| fio 1 MiB O_DIRECT qd 8, 50/50 read+write: total | {rw_r + rw_w:,.1f} |")
-print(f"| fio 1 MiB O_DIRECT qd 8, read alone | {read_only:,.1f} |")
-print(f"| fio 1 MiB O_DIRECT qd 8, write alone | {write_only:,.1f} |")
-print()
+fio_total = None
+if fio("rw"):
+    rw_r, rw_w = fio("rw")
+    read_only, _ = fio("read")
+    _, write_only = fio("write")
+    fio_total = rw_r + rw_w
+    print("| limit (same run) | MB/s |\n|---|---|")
+    print(f"| fio 1 MiB O_DIRECT qd 8, 50/50 read+write: read | {rw_r:,.1f} |")
+    print(f"| fio 1 MiB O_DIRECT qd 8, 50/50 read+write: write | {rw_w:,.1f} |")
+    print(f"| fio 1 MiB O_DIRECT qd 8, 50/50 read+write: total | {fio_total:,.1f} |")
+    print(f"| fio 1 MiB O_DIRECT qd 8, read alone | {read_only:,.1f} |")
+    print(f"| fio 1 MiB O_DIRECT qd 8, write alone | {write_only:,.1f} |")
+    print()
 
 passes = []
 line_re = re.compile(r"^(\S+)Z .*log cleaned (.*)$")
@@ -38,6 +45,7 @@ for line in (out / "broker.log").read_text().splitlines():
     end = datetime.datetime.fromisoformat(m.group(1)).replace(tzinfo=datetime.timezone.utc).timestamp()
     ms = int(fields["ms"])
     passes.append((end - ms / 1000, end, fields))
+pct = lambda x: f"{x / fio_total:.0%}" if fio_total else "n/a"
 print("| cleaner pass | bytes read | bytes written | records read → kept | s | MB/s cleaned | vs fio read+write total | (read+written)/s vs fio total |")
 print("|---|---|---|---|---|---|---|---|")
 for start, end, f in passes:
@@ -47,30 +55,60 @@ for start, end, f in passes:
     io = (rd + wr) / 1e6 / s if s else 0
     print(f"| {f['topic']}-{f['partition']} ratio {float(f['dirty_ratio']):.2f} | {rd:,} | {wr:,} | "
           f"{int(f['records_read']):,} → {int(f['records_kept']):,} | {s:.2f} | {mbs:,.1f} | "
-          f"{mbs / (rw_r + rw_w):.0%} | {io / (rw_r + rw_w):.0%} |")
+          f"{pct(mbs)} | {pct(io)} |")
 print()
 
 runs = {}
 for line in (out / "bench.jsonl").read_text().splitlines():
     r = json.loads(line)
     runs[r["label"]] = r
-print("| produce 1 KiB acks=all, 4 producers, same shard | records/s | MB/s | p50 µs | p99 µs | p99 busy/idle |")
+windows = {}
+for line in (out / "windows.txt").read_text().splitlines():
+    kind, rnd, a, b = line.split()
+    windows[(kind, rnd)] = (float(a), float(b))
+
+
+def lat(label):
+    r = runs.get(label) or {}
+    return r, (r.get("latency_us") or {})
+
+
+def coverage(rnd):
+    """Fraction of the busy window of round `rnd` during which its log's pass ran."""
+    a, b = windows[("busy", rnd)]
+    for s, e, f in passes:
+        if f["topic"] == f"dirty{rnd}":
+            return max(0.0, min(b, e) - max(a, s)) / (b - a)
+    return 0.0
+
+
+rounds = sorted({rnd for _, rnd in windows}, key=int)
+print("| round | phase | open loop, end to end (send → fetched): p50 / p99 / max µs | open loop, produce acks=all: p50 / p99 µs | closed loop produce: MB/s, p99 µs | busy window covered by the pass |")
 print("|---|---|---|---|---|---|")
-for kind in ["closed", "open"]:
-    idle, busy = runs.get(f"idle-{kind}"), runs.get(f"busy-{kind}")
-    for label, r in [(f"cleaner idle, {kind} loop", idle), (f"cleaner busy, {kind} loop", busy)]:
-        if not r:
-            continue
-        lat = r.get("latency_us") or {}
-        ratio = ""
-        if r is busy and idle:
-            ratio = f"{lat.get('p99', 0) / max(1, (idle.get('latency_us') or {}).get('p99', 1)):.2f}×"
-        print(f"| {label} | {r['records_per_sec']:,.0f} | {r['mb_per_sec']:,.1f} | {lat.get('p50')} | {lat.get('p99')} | {ratio} |")
+ratios = {"e2e_p99": [], "e2e_p50": [], "open_produce_p99": [], "closed_p99": [], "closed_mbs": []}
+for rnd in rounds:
+    row = {}
+    for kind in ["idle", "busy"]:
+        e2e, el = lat(f"{kind}-e2e-{rnd}")
+        cl, cll = lat(f"{kind}-closed-{rnd}")
+        pl = (e2e.get("extra") or {}).get("produce_latency_us") or {}
+        row[kind] = (el, cl, cll, pl)
+        cov = f"{coverage(rnd):.0%}" if kind == "busy" else ""
+        print(f"| {rnd} | {kind} | {el.get('p50')} / {el.get('p99')} / {el.get('max')} | "
+              f"{pl.get('p50')} / {pl.get('p99')} | "
+              f"{cl.get('mb_per_sec', 0):,.1f}, {cll.get('p99')} | {cov} |")
+    (ie, ic, icl, ip), (be, bc, bcl, bp) = row["idle"], row["busy"]
+    if ip.get("p99") and bp.get("p99"):
+        ratios["open_produce_p99"].append(bp["p99"] / ip["p99"])
+    if ie.get("p99") and be.get("p99"):
+        ratios["e2e_p99"].append(be["p99"] / ie["p99"])
+        ratios["e2e_p50"].append(be["p50"] / ie["p50"])
+    if icl.get("p99") and bcl.get("p99"):
+        ratios["closed_p99"].append(bcl["p99"] / icl["p99"])
+        ratios["closed_mbs"].append(bc["mb_per_sec"] / ic["mb_per_sec"])
 print()
-busy = [(s, e) for s, e, f in passes if f["topic"] == "busy"]
-covered = any(s <= busy_from and e >= busy_to for s, e in busy)
-print(f"Busy window {busy_to - busy_from:.1f} s; the pass over `busy` ran "
-      + (f"{busy[0][0] - busy_from:+.1f} s .. {busy[0][1] - busy_from:+.1f} s from its start" if busy else "never")
-      + (" (covering it whole)." if covered else " (NOT covering it whole)."))
+for k, v in ratios.items():
+    if v:
+        print(f"busy/idle {k}: " + ", ".join(f"{x:.2f}" for x in v) + f" (median {statistics.median(v):.2f})")
 print()
 print((out / "load.txt").read_text())
