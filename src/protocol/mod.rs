@@ -2,6 +2,7 @@
 //! Message codecs come from the kafka-protocol crate; what is Strata's own lives here: the
 //! record batch format, the table of versions we implement, framing and error mapping.
 pub mod api_versions;
+pub mod control;
 pub mod cursor;
 pub mod error;
 pub mod frame;

@@ -146,6 +146,13 @@ pub async fn dispatch(
                 &handlers::delete_records::handle(ctx, version, req).await,
             )
         }
+        ApiKey::WriteTxnMarkers => {
+            let req: WriteTxnMarkersRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::write_txn_markers::handle(ctx, version, req).await,
+            )
+        }
         ApiKey::InitProducerId => {
             let req: InitProducerIdRequest = decode_body(&raw)?;
             respond(

@@ -1,7 +1,7 @@
 //! Fan-out of multi-partition requests to their owner shards, with the replies merged back
 //! into request order (`FanOut`: Produce, Fetch and its long-poll wait, DescribeLogDirs), and
 //! the per-partition operations that only a partition's leader answers (`on_leaders`:
-//! ListOffsets, DeleteRecords, OffsetForLeaderEpoch).
+//! ListOffsets, DeleteRecords, OffsetForLeaderEpoch, WriteTxnMarkers).
 //!
 //! Every part sent to one shard travels in one op, in the order it was pushed, so a shard
 //! sees a request's partitions in request order; the ops to the shards run concurrently.
@@ -11,6 +11,8 @@ use crate::protocol::error::ErrorCode;
 use crate::shard::mesh::{begin, Started};
 use crate::shard::ops::{ShardOp, ShardReply};
 use crate::shard::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
+use crate::shard::partition_service::list_offsets::OffsetQuery;
+use crate::shard::partition_service::write_markers::{MarkerResult, MarkerWrite};
 use crate::shard::partition_service::OffsetResult;
 use crate::shard::{ShardCtx, TopicPartition};
 
@@ -137,13 +139,13 @@ pub trait LeaderOp {
     fn failed(e: ErrorCode) -> Self::Reply;
 }
 
-/// ListOffsets: the argument is the timestamp asked about.
+/// ListOffsets: the argument is the timestamp asked about and the isolation level.
 pub struct ListOffsets;
 
 impl LeaderOp for ListOffsets {
-    type Arg = i64;
+    type Arg = OffsetQuery;
     type Reply = OffsetResult;
-    fn op(parts: Vec<(TopicPartition, i64)>) -> ShardOp {
+    fn op(parts: Vec<(TopicPartition, OffsetQuery)>) -> ShardOp {
         ShardOp::ListOffsets { parts }
     }
     fn results(reply: ShardReply) -> Option<Vec<OffsetResult>> {
@@ -171,6 +173,26 @@ impl LeaderOp for DeleteRecords {
     }
     fn failed(e: ErrorCode) -> OffsetResult {
         OffsetResult::failed(e)
+    }
+}
+
+/// WriteTxnMarkers: the argument is the marker to write.
+pub struct WriteMarkers;
+
+impl LeaderOp for WriteMarkers {
+    type Arg = MarkerWrite;
+    type Reply = MarkerResult;
+    fn op(parts: Vec<(TopicPartition, MarkerWrite)>) -> ShardOp {
+        ShardOp::WriteMarkers { parts }
+    }
+    fn results(reply: ShardReply) -> Option<Vec<MarkerResult>> {
+        match reply {
+            ShardReply::Markers(r) => Some(r),
+            _ => None,
+        }
+    }
+    fn failed(e: ErrorCode) -> MarkerResult {
+        MarkerResult::failed(e)
     }
 }
 

@@ -39,6 +39,8 @@ use crate::group::{
     HeartbeatArgs, JoinArgs, JoinResult, LeaveMember, LeaveResult, LogRecord, Output, RequestId,
     SyncArgs, SyncResult, OFFSETS_TOPIC,
 };
+use crate::protocol::control::TxnOutcome;
+use crate::protocol::producer::ProducerId;
 use crate::storage::{AppendError, Partition};
 
 /// How often the coordinator's timers advance; session and rebalance timeouts are seconds,
@@ -774,6 +776,30 @@ pub fn become_coordinator(ctx: &Rc<ShardCtx>, partition: i32) {
         }
     })
     .detach();
+}
+
+/// The transaction hook of WriteTxnMarkers: a COMMIT or ABORT marker of `producer_id` is
+/// durable and replicated on `__consumer_offsets`-`partition` (this shard owns it and is its
+/// leader). Offsets the producer committed inside that transaction (TxnOffsetCommit, KIP-98 /
+/// KIP-447) become visible on a commit and are dropped on an abort; until then OffsetFetch
+/// with `require_stable` answers UNSTABLE_OFFSET_COMMIT for them. Called once per marker,
+/// after the marker is durable, never for another topic.
+///
+/// Pending transactional offsets are the coordinator side's (TxnOffsetCommit, issue 13): with
+/// none kept yet there is nothing to complete.
+pub fn complete_txn_offsets(
+    ctx: &Rc<ShardCtx>,
+    partition: i32,
+    producer_id: ProducerId,
+    outcome: TxnOutcome,
+) {
+    tracing::debug!(
+        shard = ctx.id,
+        partition,
+        producer_id = producer_id.0,
+        ?outcome,
+        "transaction marker on __consumer_offsets"
+    );
 }
 
 /// Waits (bounded) until every coordinator partition this shard leads has loaded, so a

@@ -26,6 +26,7 @@ use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use glommio::sync::{Semaphore, StaticPermit};
 
 use super::ops::{self, ShardOp, ShardReply};
+use super::partition_service::fetch::Waiter;
 use super::ShardCtx;
 use crate::limits::{MESH_CLIENT_OPS_IN_FLIGHT_MAX, MESH_REPLICA_OPS_IN_FLIGHT_MAX};
 
@@ -44,7 +45,10 @@ impl OpClass {
             ShardOp::Fetch { parts, .. } if parts.iter().any(|p| p.replica_id >= 0) => {
                 OpClass::Replication
             }
-            ShardOp::WaitForData { follower: true, .. } => OpClass::Replication,
+            ShardOp::WaitForData {
+                waiter: Waiter::Follower,
+                ..
+            } => OpClass::Replication,
             _ => OpClass::Client,
         }
     }
@@ -245,6 +249,7 @@ mod tests {
                 max_bytes: 1,
                 replica_id: 7,
                 current_leader_epoch: -1,
+                isolation: Default::default(),
             }],
             max_bytes: 1,
         }

@@ -9,9 +9,11 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 
 use super::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
-use super::partition_service::fetch::{FetchPart, FetchResult};
+use super::partition_service::fetch::{FetchPart, FetchResult, Waiter};
+use super::partition_service::list_offsets::OffsetQuery;
 use super::partition_service::log_dirs::LogDirResult;
 use super::partition_service::produce::ProduceResult;
+use super::partition_service::write_markers::{MarkerResult, MarkerWrite};
 use super::partition_service::{self as service, OffsetResult};
 use super::{ShardCtx, TopicPartition};
 use crate::storage::LogConfig;
@@ -33,13 +35,17 @@ pub enum ShardOp {
     WaitForData {
         parts: Vec<(TopicPartition, i64)>,
         timeout: Duration,
-        follower: bool,
+        waiter: Waiter,
     },
     ListOffsets {
-        parts: Vec<(TopicPartition, i64)>,
+        parts: Vec<(TopicPartition, OffsetQuery)>,
     },
     DeleteRecords {
         parts: Vec<(TopicPartition, i64)>,
+    },
+    /// WriteTxnMarkers: append each marker on the partition's leader, acks=all.
+    WriteMarkers {
+        parts: Vec<(TopicPartition, MarkerWrite)>,
     },
     /// OffsetForLeaderEpoch.
     EpochEnds {
@@ -75,6 +81,7 @@ pub enum ShardReply {
     Fetch(Vec<FetchResult>),
     DataReady,
     Offsets(Vec<OffsetResult>),
+    Markers(Vec<MarkerResult>),
     EpochEnds(Vec<EpochEndResult>),
     LogDirs(Vec<LogDirResult>),
     Done(Result<(), String>),
@@ -101,9 +108,9 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
         ShardOp::WaitForData {
             parts,
             timeout,
-            follower,
+            waiter,
         } => Box::pin(async move {
-            service::fetch::wait_for_data(&ctx, parts, timeout, follower).await;
+            service::fetch::wait_for_data(&ctx, parts, timeout, waiter).await;
             ShardReply::DataReady
         }),
         ShardOp::ListOffsets { parts } => Box::pin(async move {
@@ -119,6 +126,9 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
                 async move { ShardReply::LogDirs(service::log_dirs::describe(&ctx, parts).await) },
             )
         }
+        ShardOp::WriteMarkers { parts } => Box::pin(async move {
+            ShardReply::Markers(service::write_markers::write_markers(&ctx, parts).await)
+        }),
         ShardOp::DeleteRecords { parts } => Box::pin(async move {
             ShardReply::Offsets(service::delete_records::delete_records(&ctx, parts).await)
         }),

@@ -16,7 +16,8 @@
 //! Files: `partition/` (the `Partition` API, split by concern: `append.rs`, `flush.rs`,
 //! `read.rs`, `truncate.rs`, `retention.rs` for DeleteRecords and retention), `segment.rs` (one segment + direct-I/O batch reads), `index.rs` /
 //! `time_index.rs` (sparse indexes), `recovery.rs` (open, scan, truncate, rebuild),
-//! `producer_state.rs` (idempotence rules, sans-IO), `retention.rs` (which segments go,
+//! `producer_state.rs` (idempotence rules and open transactions, sans-IO), `txn_index.rs`
+//! (the aborted-transaction index, `.txnindex`), `retention.rs` (which segments go,
 //! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv; the HW checkpoint
 //! and the full-truncation intent), `epoch_checkpoint.rs` (`leader-epoch-checkpoint`,
 //! Kafka's text format), `file_io.rs` (the
@@ -27,8 +28,10 @@
 //! leader's offsets and epochs, crash-safe truncation, and a high watermark that the
 //! replication layer may drive (`HwMode::Replicated`) with a lazily persisted checkpoint.
 //!
-//! Not handled yet: transactions (no LSO / aborted-transaction index; control batches are
-//! stored but bypass sequence checks), compaction.
+//! Transactions (KIP-98): producer state tracks each producer's open transaction
+//! (`producer_state`); COMMIT/ABORT markers (control batches) close them, an ABORT adds an
+//! entry to its segment's aborted-transaction index (`txn_index.rs`, Kafka's `.txnindex`);
+//! the last stable offset bounds what `read_committed` consumers see.
 
 mod budget;
 pub mod cleaner;
@@ -46,9 +49,12 @@ pub mod space;
 mod state_file;
 mod tail_cache;
 mod time_index;
+pub mod txn_index;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod txn_tests;
 
 use std::path::PathBuf;
 
@@ -215,6 +221,18 @@ pub enum AppendError {
         epoch: i16,
         current: i16,
     },
+    /// A non-transactional batch from a producer whose transaction is open.
+    #[error("producer {producer_id} has an open transaction: its batches must be transactional")]
+    InvalidTxnState { producer_id: i64 },
+    /// A marker from a transaction coordinator older than the one that wrote the last.
+    #[error(
+        "coordinator epoch {coordinator_epoch} is older than {current} for producer {producer_id}"
+    )]
+    CoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
     /// Not produced since KIP-360 (see `producer_state`); kept so the server's error mapping
     /// is complete.
     #[error("unknown producer id {producer_id}")]
@@ -283,6 +301,8 @@ impl AppendError {
             AppendError::Backpressure { .. } => ErrorCode::RequestTimedOut,
             AppendError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
             AppendError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            AppendError::InvalidTxnState { .. } => ErrorCode::InvalidTxnState,
+            AppendError::CoordinatorFenced { .. } => ErrorCode::TransactionCoordinatorFenced,
             AppendError::Storage(s) => s.error_code(),
         }
     }

@@ -11,12 +11,24 @@
 //! - An unknown producer is accepted with any sequence, as Kafka does since KIP-360 (its
 //!   state may have been removed by retention or DeleteRecords; the client resets).
 //!
-//! Faults: state is rebuilt from a snapshot plus replay of batch headers (`record`), so a
-//! crash loses nothing that was in the log. Bounded by `PRODUCERS_MAX` producers.
+//! Transactions (KIP-98): a transactional batch (attributes bit 4) of a producer with no open
+//! transaction opens one at its base offset; a COMMIT or ABORT marker (a control batch,
+//! `complete_txn`) closes it. A non-transactional batch while a transaction is open is
+//! `InvalidTxnState`; a marker with an epoch older than the producer's is
+//! `InvalidProducerEpoch`, and one from an older coordinator `CoordinatorFenced`. The open
+//! transactions' first offsets, plus those of transactions whose marker is not yet below the
+//! high watermark, bound the last stable offset (`last_stable_offset`).
+//!
+//! Faults: state is rebuilt from a snapshot plus replay of batch headers and markers
+//! (`replay`), so a crash loses nothing that was in the log. Bounded by `PRODUCERS_MAX`
+//! producers; `unreplicated` holds one entry per marker above the high watermark, so it is
+//! bounded by the log above it (itself bounded by staging and replication lag).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::{PRODUCERS_MAX, PRODUCER_BATCHES_RETAINED};
+use crate::protocol::control::{parse_end_txn_marker, EndTxnMarker, TxnOutcome};
+use crate::protocol::record_batch::BatchHeader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct BatchMetadata {
@@ -32,11 +44,33 @@ pub struct ProducerEntry {
     pub epoch: i16,
     /// Oldest first, at most `PRODUCER_BATCHES_RETAINED`.
     pub batches: Vec<BatchMetadata>,
+    /// First offset of the producer's open transaction, if one is open.
+    pub txn_first_offset: Option<i64>,
+    /// Epoch of the coordinator that wrote this producer's last marker (-1: none yet).
+    pub coordinator_epoch: i32,
+    /// Offset of this producer's last marker (-1: none).
+    pub last_marker_offset: i64,
 }
 
 impl ProducerEntry {
-    fn last_offset(&self) -> i64 {
+    fn new(producer_id: i64, epoch: i16) -> Self {
+        Self {
+            producer_id,
+            epoch,
+            batches: Vec::new(),
+            txn_first_offset: None,
+            coordinator_epoch: -1,
+            last_marker_offset: -1,
+        }
+    }
+
+    fn last_batch_offset(&self) -> i64 {
         self.batches.last().map(|b| b.last_offset).unwrap_or(-1)
+    }
+
+    /// The last offset this producer wrote: a data batch or a marker.
+    fn last_offset(&self) -> i64 {
+        self.last_batch_offset().max(self.last_marker_offset)
     }
 }
 
@@ -47,6 +81,47 @@ pub struct BatchIdentity {
     pub epoch: i16,
     pub first_seq: i32,
     pub last_seq: i32,
+    /// Attributes bit 4: the batch belongs to a transaction.
+    pub transactional: bool,
+}
+
+impl BatchIdentity {
+    /// The producer fields of a data batch's header.
+    pub fn of(h: &BatchHeader) -> Self {
+        Self {
+            producer_id: h.producer_id,
+            epoch: h.producer_epoch,
+            first_seq: h.base_sequence,
+            last_seq: h.last_sequence(),
+            transactional: h.is_transactional(),
+        }
+    }
+}
+
+/// A transaction ended by a marker: Kafka's `CompletedTxn`, plus the last stable offset
+/// right after it (what the aborted-transaction index stores).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    /// The first offset of another open transaction, or `last_offset + 1` if none is open.
+    pub last_stable_offset: i64,
+    pub aborted: bool,
+}
+
+/// Why a marker was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerRefused {
+    InvalidProducerEpoch {
+        epoch: i16,
+        current: i16,
+    },
+    CoordinatorFenced {
+        coordinator_epoch: i32,
+        current: i32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +147,8 @@ pub enum SequenceError {
         first_seq: i32,
         last_seq: Option<i32>,
     },
+    /// A non-transactional batch from a producer with an open transaction.
+    InvalidTxnState { producer_id: i64 },
 }
 
 /// A point-in-time copy: `next_offset` is the log end it covers (replay starts there).
@@ -84,6 +161,12 @@ pub struct ProducerSnapshot {
 #[derive(Debug, Clone, Default)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// `(first offset, producer id)` of every open transaction (derived from `producers`).
+    ongoing: BTreeSet<(i64, i64)>,
+    /// `(marker offset, first offset)` of ended transactions whose marker may still be at or
+    /// above the high watermark, in marker order: they hold the last stable offset back until
+    /// the marker is replicated (Kafka's `unreplicatedTxns`).
+    unreplicated: VecDeque<(i64, i64)>,
 }
 
 fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
@@ -102,8 +185,156 @@ impl ProducerStateTable {
     pub fn last_offset_of(&self, producer_id: i64) -> Option<i64> {
         self.producers
             .get(&producer_id)
-            .map(ProducerEntry::last_offset)
+            .map(ProducerEntry::last_batch_offset)
             .filter(|&o| o >= 0)
+    }
+
+    /// The open transaction's first offset of a producer, if it has one.
+    pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .and_then(|e| e.txn_first_offset)
+    }
+
+    /// `min(high_watermark, first offset of every open transaction and of every ended one
+    /// whose marker is not below the high watermark)`.
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
+        let open = self.ongoing.iter().next().map(|&(first, _)| first);
+        let unreplicated = self
+            .unreplicated
+            .iter()
+            .filter(|&&(marker, _)| marker >= high_watermark)
+            .map(|&(_, first)| first)
+            .min();
+        [Some(high_watermark), open, unreplicated]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(high_watermark)
+    }
+
+    /// Forgets ended transactions whose marker is below the high watermark.
+    pub fn prune_replicated(&mut self, high_watermark: i64) {
+        while self
+            .unreplicated
+            .front()
+            .is_some_and(|&(marker, _)| marker < high_watermark)
+        {
+            self.unreplicated.pop_front();
+        }
+    }
+
+    /// Removes a producer and its open transaction.
+    fn remove(&mut self, producer_id: i64) {
+        if let Some(e) = self.producers.remove(&producer_id) {
+            if let Some(first) = e.txn_first_offset {
+                self.ongoing.remove(&(first, producer_id));
+            }
+        }
+    }
+
+    /// Inserts (or replaces) an entry, keeping `ongoing` in step.
+    fn insert(&mut self, entry: ProducerEntry) {
+        self.remove(entry.producer_id);
+        if let Some(first) = entry.txn_first_offset {
+            self.ongoing.insert((first, entry.producer_id));
+        }
+        self.producers.insert(entry.producer_id, entry);
+    }
+
+    /// Whether a marker of this producer may be written: its epoch is not older than the
+    /// producer's and its coordinator epoch not older than the last marker's. An unknown
+    /// producer takes any marker (its state may be gone with retention).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), MarkerRefused> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(MarkerRefused::InvalidProducerEpoch {
+                epoch,
+                current: entry.epoch,
+            });
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(MarkerRefused::CoordinatorFenced {
+                coordinator_epoch,
+                current: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a marker stored at `marker_offset` (unchecked: the caller ran `check_marker`,
+    /// or replays the log): the producer's open transaction ends (a marker with no open
+    /// transaction ends an empty one at its own offset, as Kafka does).
+    pub fn complete_txn(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        marker: EndTxnMarker,
+        marker_offset: i64,
+    ) -> CompletedTxn {
+        if !self.producers.contains_key(&producer_id) && self.producers.len() >= PRODUCERS_MAX {
+            self.evict_oldest();
+        }
+        let first = {
+            let entry = self
+                .producers
+                .entry(producer_id)
+                .or_insert_with(|| ProducerEntry::new(producer_id, epoch));
+            if entry.epoch != epoch {
+                // The coordinator bumped the epoch (fencing a producer): sequences restart.
+                entry.epoch = epoch;
+                entry.batches.clear();
+            }
+            entry.coordinator_epoch = marker.coordinator_epoch;
+            entry.last_marker_offset = marker_offset;
+            entry.txn_first_offset.take()
+        };
+        if let Some(first) = first {
+            self.ongoing.remove(&(first, producer_id));
+        }
+        let first_offset = first.unwrap_or(marker_offset);
+        self.unreplicated.push_back((marker_offset, first_offset));
+        let last_stable_offset = self
+            .ongoing
+            .iter()
+            .next()
+            .map(|&(f, _)| f)
+            .unwrap_or(marker_offset + 1);
+        CompletedTxn {
+            producer_id,
+            first_offset,
+            last_offset: marker_offset,
+            last_stable_offset,
+            aborted: marker.outcome == TxnOutcome::Abort,
+        }
+    }
+
+    /// Replays one stored batch (recovery, truncation, a follower's append): a data batch is
+    /// `record`ed, a marker `complete_txn`ed. `batch` is the whole batch `h` describes; a
+    /// control batch that is not a readable marker changes nothing (its leader or the disk
+    /// wrote it so; it is kept, as the log is, but cannot end a transaction).
+    pub fn replay(&mut self, h: &BatchHeader, batch: &[u8]) -> Option<CompletedTxn> {
+        if !h.is_control() {
+            self.record(&BatchIdentity::of(h), h.base_offset, h.last_offset());
+            return None;
+        }
+        match parse_end_txn_marker(batch) {
+            Ok(Some(marker)) if h.producer_id >= 0 => {
+                Some(self.complete_txn(h.producer_id, h.producer_epoch, marker, h.base_offset))
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(offset = h.base_offset, "unreadable control batch: {e}");
+                None
+            }
+        }
     }
 
     pub fn check(&self, b: &BatchIdentity) -> Result<Verdict, SequenceError> {
@@ -143,7 +374,11 @@ impl ProducerStateTable {
                 None => true,
             }
         };
-        if ok {
+        if ok && entry.txn_first_offset.is_some() && !b.transactional {
+            Err(SequenceError::InvalidTxnState {
+                producer_id: b.producer_id,
+            })
+        } else if ok {
             Ok(Verdict::Append)
         } else {
             Err(SequenceError::OutOfOrderSequence {
@@ -166,11 +401,7 @@ impl ProducerStateTable {
         let entry = self
             .producers
             .entry(b.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                producer_id: b.producer_id,
-                epoch: b.epoch,
-                batches: Vec::new(),
-            });
+            .or_insert_with(|| ProducerEntry::new(b.producer_id, b.epoch));
         if entry.epoch != b.epoch {
             entry.epoch = b.epoch;
             entry.batches.clear();
@@ -184,6 +415,11 @@ impl ProducerStateTable {
         if entry.batches.len() > PRODUCER_BATCHES_RETAINED {
             entry.batches.remove(0);
         }
+        if b.transactional && entry.txn_first_offset.is_none() {
+            // A transactional batch with no transaction open begins one.
+            entry.txn_first_offset = Some(base_offset);
+            self.ongoing.insert((base_offset, b.producer_id));
+        }
     }
 
     fn evict_oldest(&mut self) {
@@ -193,21 +429,29 @@ impl ProducerStateTable {
             .min_by_key(|e| e.last_offset())
             .map(|e| e.producer_id);
         if let Some(pid) = oldest {
-            self.producers.remove(&pid);
+            self.remove(pid);
         }
     }
 
     /// Forgets producers whose last batch lies wholly below the new log start (Kafka's
     /// `truncateHead`); their next batch is then accepted as from an unknown producer.
     pub fn evict_below(&mut self, log_start_offset: i64) {
-        self.producers
-            .retain(|_, e| e.last_offset() >= log_start_offset);
+        let doomed: Vec<i64> = self
+            .producers
+            .values()
+            .filter(|e| e.last_offset() < log_start_offset)
+            .map(|e| e.producer_id)
+            .collect();
+        for pid in doomed {
+            self.remove(pid);
+        }
     }
 
-    /// Truncation of the log at `offset`: forgets every producer whose last batch is at or
-    /// past it and returns their ids. A producer with no batch at or past `offset` keeps an
-    /// exact entry (its retained batches and epoch all come from below `offset`); the
-    /// returned ones must be rebuilt from the log below `offset` (`absorb`).
+    /// Truncation of the log at `offset`: forgets every producer whose last batch or marker
+    /// is at or past it and returns their ids. A producer with nothing at or past `offset`
+    /// keeps an exact entry (its retained batches, epoch and open transaction all come from
+    /// below `offset`); the returned ones must be rebuilt from the log below `offset`
+    /// (`absorb`).
     pub fn remove_at_or_after(&mut self, offset: i64) -> Vec<i64> {
         let doomed: Vec<i64> = self
             .producers
@@ -216,8 +460,9 @@ impl ProducerStateTable {
             .map(|e| e.producer_id)
             .collect();
         for pid in &doomed {
-            self.producers.remove(pid);
+            self.remove(*pid);
         }
+        self.unreplicated.retain(|&(marker, _)| marker < offset);
         doomed
     }
 
@@ -227,8 +472,10 @@ impl ProducerStateTable {
             if !self.producers.contains_key(&pid) && self.producers.len() >= PRODUCERS_MAX {
                 self.evict_oldest();
             }
-            self.producers.insert(pid, entry);
+            self.insert(entry);
         }
+        self.unreplicated.extend(other.unreplicated);
+        self.unreplicated.make_contiguous().sort_unstable();
     }
 
     pub fn snapshot(&self, next_offset: i64) -> ProducerSnapshot {
@@ -246,7 +493,7 @@ impl ProducerStateTable {
             let mut e = e.clone();
             let excess = e.batches.len().saturating_sub(PRODUCER_BATCHES_RETAINED);
             e.batches.drain(..excess);
-            t.producers.insert(e.producer_id, e);
+            t.insert(e);
         }
         t
     }
@@ -262,6 +509,7 @@ mod tests {
             epoch,
             first_seq,
             last_seq,
+            transactional: false,
         }
     }
 
@@ -416,5 +664,68 @@ mod tests {
         t.evict_below(3);
         assert_eq!(t.len(), 1);
         assert_eq!(t.check(&id(1, 0, 9, 9)), Ok(Verdict::Append));
+    }
+
+    fn txn(producer_id: i64, first_seq: i32, last_seq: i32) -> BatchIdentity {
+        BatchIdentity {
+            transactional: true,
+            ..id(producer_id, 0, first_seq, last_seq)
+        }
+    }
+
+    fn end(outcome: TxnOutcome) -> EndTxnMarker {
+        EndTxnMarker {
+            outcome,
+            coordinator_epoch: 0,
+        }
+    }
+
+    /// The LSO is the first offset of the oldest open transaction, and of an ended one until
+    /// the high watermark passes its marker; a completed abort reports Kafka's last stable
+    /// offset (the next open transaction's first offset, or just past the marker). A
+    /// snapshot carries open transactions.
+    #[test]
+    fn last_stable_offset_follows_open_and_unreplicated_transactions() {
+        let mut t = ProducerStateTable::default();
+        t.record(&txn(1, 0, 1), 0, 1);
+        t.record(&id(9, 0, 0, 0), 2, 2);
+        t.record(&txn(2, 0, 0), 3, 3);
+        t.record(&txn(1, 2, 2), 4, 4);
+        assert_eq!(t.last_stable_offset(10), 0);
+        assert_eq!(t.last_stable_offset(-1), -1, "never above the HW");
+        let done = t.complete_txn(1, 0, end(TxnOutcome::Abort), 5);
+        assert_eq!(
+            done,
+            CompletedTxn {
+                producer_id: 1,
+                first_offset: 0,
+                last_offset: 5,
+                last_stable_offset: 3,
+                aborted: true
+            }
+        );
+        // Marker at 5 not yet below the HW (5): still holds the LSO at 0.
+        assert_eq!(t.last_stable_offset(5), 0);
+        assert_eq!(t.last_stable_offset(6), 3);
+        let snap = t.snapshot(7);
+        let back = ProducerStateTable::from_snapshot(&snap);
+        assert_eq!(
+            back.last_stable_offset(100),
+            3,
+            "open txn of 2 in the snapshot"
+        );
+        t.prune_replicated(6);
+        let done = t.complete_txn(2, 0, end(TxnOutcome::Commit), 6);
+        assert_eq!(done.last_stable_offset, 7);
+        assert!(!done.aborted);
+        assert_eq!(t.last_stable_offset(7), 7);
+        // A marker with no open transaction ends an empty one at its own offset.
+        let done = t.complete_txn(9, 0, end(TxnOutcome::Abort), 8);
+        assert_eq!((done.first_offset, done.last_offset), (8, 8));
+        // Truncation below a producer's marker forgets it (the caller replays the log).
+        let mut gone = t.remove_at_or_after(6);
+        gone.sort_unstable();
+        assert_eq!(gone, vec![2, 9]);
+        assert_eq!(t.last_stable_offset(100), 100);
     }
 }

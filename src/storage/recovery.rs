@@ -32,12 +32,13 @@ use std::path::Path;
 
 use super::file_io::{FileSystem, SegmentFile};
 use super::index::OffsetIndex;
-use super::producer_state::{BatchIdentity, ProducerSnapshot, ProducerStateTable};
+use super::producer_state::{ProducerSnapshot, ProducerStateTable};
 use super::segment::{
     parse_segment_name, preallocation_target, segment_path, Segment, BATCH_READ_BYTES_MAX,
 };
 use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
+use super::txn_index::{self, AbortedTxn};
 use super::{epoch_checkpoint, Error, LogConfig, READ_CHUNK_BYTES_MAX};
 use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
 use crate::replication::epoch_cache::EpochCache;
@@ -82,7 +83,8 @@ pub(crate) async fn finish_truncate_fully(dir: &Path, offset: i64) -> Result<(),
         let stem = name
             .strip_suffix(".log")
             .or_else(|| name.strip_suffix(".index"))
-            .or_else(|| name.strip_suffix(".timeindex"));
+            .or_else(|| name.strip_suffix(".timeindex"))
+            .or_else(|| name.strip_suffix(".txnindex"));
         if stem.is_some_and(|s| s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit())) {
             doomed.push(entry.path());
         }
@@ -131,7 +133,7 @@ pub(crate) async fn scan_epochs(
             seg.base_offset,
             seg.base_offset,
             gaps_below,
-            |h, _| note_epoch(&mut changes, h),
+            |h, _, _| note_epoch(&mut changes, h),
         )
         .await?;
         for (epoch, base) in changes {
@@ -141,6 +143,55 @@ pub(crate) async fn scan_epochs(
         }
     }
     Ok(cache)
+}
+
+/// Rebuilds every segment's aborted-transaction index by replaying the whole log's batches
+/// and markers from the first segment (a closed segment's index was damaged: its entries need
+/// the open transactions at its start, which only a replay from the beginning knows), and
+/// rewrites the closed segments' files. Reads all the data once; only after damage.
+pub(crate) async fn rebuild_aborted_index(
+    dir: &Path,
+    segments: &mut BTreeMap<i64, Segment>,
+    gaps_below: i64,
+    fs: &dyn FileSystem,
+) -> Result<(), Error> {
+    let mut producers = ProducerStateTable::default();
+    let last = segments.keys().next_back().copied();
+    for seg in segments.values_mut() {
+        let mut aborted = Vec::new();
+        if seg.size > 0 {
+            let path = segment_path(dir, seg.base_offset, "log");
+            let file = match &seg.file {
+                Some(f) => std::rc::Rc::clone(f),
+                None => fs
+                    .open_segment(&path, false)
+                    .await
+                    .map_err(|e| Error::io(&path, "open", e))?,
+            };
+            scan_valid(
+                &*file,
+                &path,
+                0,
+                seg.size,
+                seg.base_offset,
+                seg.base_offset,
+                gaps_below,
+                |h, _, batch| {
+                    if let Some(done) = producers.replay(h, batch) {
+                        if done.aborted {
+                            aborted.push(AbortedTxn::from(done));
+                        }
+                    }
+                },
+            )
+            .await?;
+        }
+        if Some(seg.base_offset) != last {
+            txn_index::write(dir, seg.base_offset, &aborted).await?;
+        }
+        seg.aborted = aborted;
+    }
+    Ok(())
 }
 
 /// Appends `(epoch, base)` when the batch's leader epoch differs from the last one noted.
@@ -207,8 +258,15 @@ async fn finish_swap(dir: &Path, name: &str, bases: &mut Vec<i64>) -> Result<(),
         .copied()
         .filter(|&b| b == base || (b > base && b < end))
         .collect();
+    // The cleaned segment keeps every marker of the ones it replaces: their aborted
+    // indexes become its own before they go.
+    merge_txn_indexes(dir, base, &replaced).await?;
     for b in &replaced {
-        remove_segment_files(dir, *b).await?;
+        if *b == base {
+            remove_segment_data_files(dir, *b).await?;
+        } else {
+            remove_segment_files(dir, *b).await?;
+        }
     }
     bases.retain(|b| !replaced.contains(b));
     let log_path = segment_path(dir, base, "log");
@@ -218,8 +276,38 @@ async fn finish_swap(dir: &Path, name: &str, bases: &mut Vec<i64>) -> Result<(),
     Ok(())
 }
 
-pub(crate) async fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
+/// Writes `base`'s `.txnindex` as the union of the `.txnindex` files of `sources` (which may
+/// include `base` itself, maybe already merged): a cleaned segment replacing them keeps all
+/// their markers. Entries are told apart by their marker offset; a file that does not decode
+/// is skipped (the log's markers are still there for a rebuild).
+pub(crate) async fn merge_txn_indexes(dir: &Path, base: i64, sources: &[i64]) -> Result<(), Error> {
+    let mut merged: BTreeMap<i64, AbortedTxn> = BTreeMap::new();
+    for &source in sources {
+        match txn_index::read(dir, source, i64::MAX).await {
+            Ok(entries) => merged.extend(entries.into_iter().map(|e| (e.last_offset, e))),
+            Err(why) => {
+                tracing::warn!(
+                    segment = source,
+                    why,
+                    "aborted-transaction index not merged into the cleaned segment"
+                )
+            }
+        }
+    }
+    let entries: Vec<AbortedTxn> = merged.into_values().collect();
+    txn_index::write(dir, base, &entries).await
+}
+
+/// Removes a segment's data and offset/time indexes, keeping its `.txnindex`.
+pub(crate) async fn remove_segment_data_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
     for ext in ["log", "index", "timeindex"] {
+        remove_if_exists(&segment_path(dir, base_offset, ext)).await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), Error> {
+    for ext in ["log", "index", "timeindex", "txnindex"] {
         remove_if_exists(&segment_path(dir, base_offset, ext)).await?;
     }
     Ok(())
@@ -238,7 +326,7 @@ pub(crate) async fn scan_valid(
     segment_base: i64,
     mut expected_base: i64,
     gaps_below: i64,
-    mut on_batch: impl FnMut(&BatchHeader, u64),
+    mut on_batch: impl FnMut(&BatchHeader, u64, &[u8]),
 ) -> Result<u64, Error> {
     let mut len = READ_CHUNK_BYTES_MAX;
     while pos < file_len {
@@ -266,7 +354,8 @@ pub(crate) async fn scan_valid(
                         invalid = true;
                         break;
                     }
-                    on_batch(&h, pos + at as u64);
+                    let whole = buf.get(at..at + h.total_len()).unwrap_or_default();
+                    on_batch(&h, pos + at as u64, whole);
                     expected_base = h.last_offset() + 1;
                     consumed = at + h.total_len();
                 }
@@ -351,9 +440,16 @@ pub(crate) async fn rebuild_closed_indexes(
     config: &LogConfig,
 ) -> Result<Option<Segment>, Error> {
     let mut seg = Segment::new(dir, base);
-    let valid_end = scan_valid(file, path, 0, file_len, base, base, gaps_below, |h, pos| {
-        seg.index_batch(h, pos, config.index_interval_bytes)
-    })
+    let valid_end = scan_valid(
+        file,
+        path,
+        0,
+        file_len,
+        base,
+        base,
+        gaps_below,
+        |h, pos, _| seg.index_batch(h, pos, config.index_interval_bytes),
+    )
     .await?;
     if seg.next_offset > next_base || !offset_follows(seg.next_offset, next_base, gaps_below) {
         return Ok(None);
@@ -409,6 +505,8 @@ pub(crate) async fn recover(
     }
     let mut bases = Vec::new();
     let mut swaps = Vec::new();
+    // Segments with an aborted-transaction index: only those files are read at startup.
+    let mut txn_indexed = std::collections::HashSet::new();
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read dir", e))?;
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, "read dir", e))?;
@@ -422,6 +520,11 @@ pub(crate) async fn recover(
             swaps.push(swap.to_string());
         } else if let Some(base) = parse_segment_name(name) {
             bases.push(base);
+        } else if let Some(base) = name
+            .strip_suffix(".txnindex")
+            .and_then(|stem| parse_segment_name(&format!("{stem}.log")))
+        {
+            txn_indexed.insert(base);
         }
     }
     for swap in swaps {
@@ -457,6 +560,8 @@ pub(crate) async fn recover(
     let mut producers = ProducerStateTable::default();
     let mut epoch_scan_from = log_start;
     let mut scanned_epochs = Vec::new();
+    // A closed segment's `.txnindex` that does not decode: every index is rebuilt from the log.
+    let mut rebuild_aborted = false;
     let mut i = 0;
     while let Some(&base) = bases.get(i) {
         let next_base = bases.get(i + 1).copied();
@@ -503,6 +608,19 @@ pub(crate) async fn recover(
             seg.written = seg.size;
             seg.sealed = true;
             seg.complete = true;
+            if txn_indexed.contains(&base) {
+                match txn_index::read(dir, base, next_base).await {
+                    Ok(aborted) => seg.aborted = aborted,
+                    Err(why) => {
+                        tracing::warn!(
+                            segment = base,
+                            why,
+                            "aborted-transaction index is not sane; rebuilding from the log"
+                        );
+                        rebuild_aborted = true;
+                    }
+                }
+            }
             segments.insert(base, seg);
             i += 1;
             continue;
@@ -516,7 +634,27 @@ pub(crate) async fn recover(
         // The active segment.
         let loaded = load_index(dir, base, file_len, u32::MAX as u64).await;
         let mut index_trusted = loaded.is_some();
-        let snapshot_usable = snapshot.as_ref().filter(|s| s.next_offset >= base);
+        // Its aborted index as of the last checkpoint: trusted below the producer snapshot
+        // replay resumes from (written before that snapshot); markers past it are replayed.
+        let checkpointed_aborts = if txn_indexed.contains(&base) {
+            match txn_index::read(dir, base, i64::MAX).await {
+                Ok(aborted) => Some(aborted),
+                Err(why) => {
+                    tracing::warn!(
+                        segment = base,
+                        why,
+                        "aborted-transaction index is not sane; replaying the segment"
+                    );
+                    None
+                }
+            }
+        } else {
+            Some(Vec::new())
+        };
+        let snapshot_usable = snapshot
+            .as_ref()
+            .filter(|s| s.next_offset >= base && checkpointed_aborts.is_some());
+        let mut replayed_aborts = Vec::new();
         let mut attempt = 0;
         let valid_end = loop {
             attempt += 1;
@@ -558,6 +696,7 @@ pub(crate) async fn recover(
             seg.size = start.0;
             epoch_scan_from = start.1;
             scanned_epochs.clear();
+            replayed_aborts.clear();
             let valid_end = scan_valid(
                 &*file,
                 &path,
@@ -566,17 +705,15 @@ pub(crate) async fn recover(
                 base,
                 start.1,
                 gaps_below,
-                |h, pos| {
+                |h, pos, batch| {
                     note_epoch(&mut scanned_epochs, h);
                     seg.index_batch(h, pos, config.index_interval_bytes);
-                    if h.base_offset >= replay_from && !h.is_control() {
-                        let id = BatchIdentity {
-                            producer_id: h.producer_id,
-                            epoch: h.producer_epoch,
-                            first_seq: h.base_sequence,
-                            last_seq: h.last_sequence(),
-                        };
-                        producers.record(&id, h.base_offset, h.last_offset());
+                    if h.base_offset >= replay_from {
+                        if let Some(done) = producers.replay(h, batch) {
+                            if done.aborted {
+                                replayed_aborts.push(AbortedTxn::from(done));
+                            }
+                        }
                     }
                 },
             )
@@ -585,6 +722,13 @@ pub(crate) async fn recover(
             if replay_from > seg.next_offset && attempt == 1 {
                 continue;
             }
+            seg.aborted = checkpointed_aborts
+                .iter()
+                .flatten()
+                .filter(|a| a.last_offset < replay_from)
+                .copied()
+                .chain(replayed_aborts.iter().copied())
+                .collect();
             break valid_end;
         };
         let describes_cut_bytes = loaded.as_ref().is_some_and(|(index, time_index)| {
@@ -674,6 +818,9 @@ pub(crate) async fn recover(
     let first_base = segments.keys().next().copied().unwrap_or(log_start);
     log_start = log_start.clamp(first_base, next_offset);
     producers.evict_below(log_start);
+    if rebuild_aborted {
+        rebuild_aborted_index(dir, &mut segments, gaps_below, fs).await?;
+    }
     Ok(Recovered {
         segments,
         log_start,

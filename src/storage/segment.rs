@@ -24,6 +24,7 @@ use super::file_io::SegmentFile;
 use super::index::OffsetIndex;
 use super::producer_state::ProducerSnapshot;
 use super::time_index::TimeIndex;
+use super::txn_index::AbortedTxn;
 use super::{Error, READ_CHUNK_BYTES_MAX, READ_CHUNK_BYTES_MIN};
 use crate::protocol::record_batch::{validate, BatchHeader, BATCH_HEADER_LEN};
 
@@ -71,6 +72,8 @@ pub(crate) struct Segment {
     pub snapshot_at_seal: Option<ProducerSnapshot>,
     /// Bytes of the file reserved with fallocate so far.
     pub preallocated: u64,
+    /// Transactions whose ABORT marker is in this segment, in marker order (`.txnindex`).
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// First extent reserved for a new segment. Reservation then doubles with the segment, up
@@ -115,6 +118,7 @@ impl Segment {
             first_append_ms: None,
             snapshot_at_seal: None,
             preallocated: 0,
+            aborted: Vec::new(),
         }
     }
 

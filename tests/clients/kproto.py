@@ -203,17 +203,20 @@ def _nullable(b: bytes | None) -> bytes:
 
 
 def record_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: int = 1_700_000_000_000,
-                 corrupt_crc: bool = False, timestamp_deltas: list[int] | None = None) -> bytes:
+                 corrupt_crc: bool = False, timestamp_deltas: list[int] | None = None,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 attributes: int = 0) -> bytes:
     """An uncompressed v2 batch of (key, value) records with a correct (or deliberately wrong)
-    CRC; record i is stamped `timestamp_ms + timestamp_deltas[i]` (all `timestamp_ms` by default)."""
+    CRC; record i is stamped `timestamp_ms + timestamp_deltas[i]` (all `timestamp_ms` by default).
+    Producer fields and attributes (0x10 transactional, 0x20 control) as given."""
     deltas = timestamp_deltas or [0] * len(records)
     body = bytearray()
     for i, (key, value) in enumerate(records):
         rec = b"\x00" + varint(deltas[i]) + varint(i) + _nullable(key) + _nullable(value) + varint(0)
         body += varint(len(rec)) + rec
     after_crc = struct.pack(
-        ">hiqqqhii", 0, len(records) - 1, timestamp_ms, timestamp_ms + max(deltas), -1, -1, -1,
-        len(records)
+        ">hiqqqhii", attributes, len(records) - 1, timestamp_ms, timestamp_ms + max(deltas),
+        producer_id, producer_epoch, base_sequence, len(records)
     ) + bytes(body)
     crc = crc32c(after_crc)
     if corrupt_crc:

@@ -19,8 +19,11 @@ use crate::protocol::error::ErrorCode;
 use crate::server::dispatch::PendingResponse;
 use crate::server::route::{FanOut, Slot};
 use crate::shard::ops::{ShardOp, ShardReply};
-use crate::shard::partition_service::fetch::{FetchPart, FetchResult, DEBUGGING_REPLICA_ID};
+use crate::shard::partition_service::fetch::{
+    FetchPart, FetchResult, Isolation, Waiter, DEBUGGING_REPLICA_ID,
+};
 use crate::shard::{ShardCtx, TopicPartition};
+use crate::storage::txn_index::AbortedRange;
 
 /// One requested partition, resolved.
 struct Wanted {
@@ -54,6 +57,16 @@ pub fn handle(
         // anything is read, whatever the request asks (2 GB asks read 55 MiB at most).
         let fetch_max_bytes = ctx.shared.config.fetch_max_bytes;
         let topics = resolve(&ctx, version, &req, replica_id, fetch_max_bytes);
+        // read_committed (v4+): data only below the last stable offset, plus the aborted
+        // transactions the consumer must drop.
+        let isolation = Isolation::from_level(req.isolation_level);
+        let waiter = if replica_id >= 0 {
+            Waiter::Follower
+        } else if isolation == Isolation::ReadCommitted {
+            Waiter::CommittedConsumer
+        } else {
+            Waiter::Consumer
+        };
         let wait = Duration::from_millis(req.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
         let deadline = Instant::now() + wait;
         let max_bytes = if version >= 3 {
@@ -65,7 +78,7 @@ pub fn handle(
         // Waiting for more than the response may carry would wait for nothing (Kafka clamps
         // the same way); it also bounds what is held while waiting.
         let min_bytes = (req.min_bytes.max(0) as usize).min(max_bytes);
-        let mut results = read_all(&ctx, &topics, replica_id, max_bytes).await;
+        let mut results = read_all(&ctx, &topics, replica_id, isolation, max_bytes).await;
         loop {
             let total: usize = results.iter().flatten().map(|r| r.bytes()).sum();
             let failed = results.iter().flatten().any(|r| r.error.is_some());
@@ -73,10 +86,10 @@ pub fn handle(
             if total >= min_bytes.max(1) || failed || now >= deadline {
                 break;
             }
-            wait_for_data(&ctx, &topics, deadline - now, replica_id >= 0).await;
+            wait_for_data(&ctx, &topics, deadline - now, waiter).await;
             // Drop what was read before reading again, so at most one read is held.
             drop(results);
-            results = read_all(&ctx, &topics, replica_id, max_bytes).await;
+            results = read_all(&ctx, &topics, replica_id, isolation, max_bytes).await;
         }
         Ok(Some(encode(
             version,
@@ -178,6 +191,7 @@ async fn read_all(
     ctx: &Rc<ShardCtx>,
     topics: &[WantedTopic],
     replica_id: i32,
+    isolation: Isolation,
     max_bytes: usize,
 ) -> Vec<Vec<FetchResult>> {
     let mut fan_out = FanOut::new(ctx.shared.nr_shards);
@@ -196,6 +210,7 @@ async fn read_all(
                             max_bytes: w.max_bytes,
                             replica_id,
                             current_leader_epoch: w.current_leader_epoch,
+                            isolation,
                         },
                     )),
                 })
@@ -230,7 +245,7 @@ async fn wait_for_data(
     ctx: &Rc<ShardCtx>,
     topics: &[WantedTopic],
     timeout: Duration,
-    follower: bool,
+    waiter: Waiter,
 ) {
     let mut fan_out = FanOut::new(ctx.shared.nr_shards);
     for t in topics {
@@ -244,7 +259,7 @@ async fn wait_for_data(
         .start(ctx, |parts| ShardOp::WaitForData {
             parts,
             timeout,
-            follower,
+            waiter,
         })
         .await;
     // The first shard to see data ends the wait; with no partition to watch, only the timer.
@@ -301,13 +316,22 @@ fn encode(
             cur.put_i16(r.error.map(|e| e.code()).unwrap_or(0));
             cur.put_i64(r.high_watermark);
             if version >= 4 {
-                cur.put_i64(r.high_watermark); // last_stable_offset: no transactions
+                cur.put_i64(r.last_stable_offset);
             }
             if version >= 5 {
                 cur.put_i64(r.log_start_offset);
             }
             if version >= 4 {
-                put_array_len(&mut cur, 0, flexible); // aborted_transactions: none
+                // The aborted transactions matter only with the records they overlap.
+                let aborted: &[AbortedRange] = if size > 0 { &r.aborted } else { &[] };
+                put_array_len(&mut cur, aborted.len(), flexible);
+                for a in aborted {
+                    cur.put_i64(a.producer_id);
+                    cur.put_i64(a.first_offset);
+                    if flexible {
+                        cur.put_u8(0); // aborted transaction tagged fields
+                    }
+                }
             }
             if version >= 11 {
                 cur.put_i32(-1); // preferred_read_replica
@@ -407,8 +431,19 @@ mod tests {
                 FetchResult {
                     error: None,
                     high_watermark: 10,
+                    last_stable_offset: 7,
                     log_start_offset: 2,
                     chunks: vec![Bytes::from_static(b"abc"), Bytes::from_static(b"defg")],
+                    aborted: vec![
+                        AbortedRange {
+                            producer_id: 5,
+                            first_offset: 3,
+                        },
+                        AbortedRange {
+                            producer_id: 6,
+                            first_offset: 4,
+                        },
+                    ],
                 },
                 FetchResult::error(ErrorCode::UnknownTopicOrPartition),
             ]];
@@ -430,6 +465,14 @@ mod tests {
             }
             assert_eq!(t.partitions[0].records.as_deref(), Some(&b"abcdefg"[..]));
             assert_eq!(t.partitions[0].high_watermark, 10);
+            assert_eq!(t.partitions[0].last_stable_offset, 7);
+            let aborted: Vec<(i64, i64)> = t.partitions[0]
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect();
+            assert_eq!(aborted, vec![(5, 3), (6, 4)]);
             assert_eq!(
                 t.partitions[1].error_code,
                 ErrorCode::UnknownTopicOrPartition.code()

@@ -1,11 +1,14 @@
-//! ListOffsets: earliest (-2), latest (-1, the high watermark), max timestamp (-3),
-//! earliest local (-4) or the first offset at or after a timestamp.
+//! ListOffsets: earliest (-2), latest (-1, the high watermark; the last stable offset for
+//! `read_committed`, v2+), max timestamp (-3), earliest local (-4) or the first offset at or
+//! after a timestamp.
 use std::rc::Rc;
 
 use kafka_protocol::messages::list_offsets_response::*;
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::server::route::{on_leaders_by_topic, ListOffsets};
+use crate::shard::partition_service::fetch::Isolation;
+use crate::shard::partition_service::list_offsets::OffsetQuery;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
@@ -13,6 +16,11 @@ pub async fn handle(
     version: i16,
     req: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
+    let isolation = if version >= 2 {
+        Isolation::from_level(req.isolation_level)
+    } else {
+        Isolation::ReadUncommitted
+    };
     let wanted = req
         .topics
         .iter()
@@ -21,7 +29,15 @@ pub async fn handle(
                 t.name.0.to_string(),
                 t.partitions
                     .iter()
-                    .map(|p| (p.partition_index, p.timestamp))
+                    .map(|p| {
+                        (
+                            p.partition_index,
+                            OffsetQuery {
+                                timestamp: p.timestamp,
+                                isolation,
+                            },
+                        )
+                    })
                     .collect(),
             )
         })

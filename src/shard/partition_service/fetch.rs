@@ -1,7 +1,9 @@
 //! Fetch on the owner shard: consumers read committed data (below the high watermark) from
-//! the leader, in the leader epoch they name; followers read everything and their fetch
-//! offset records their log end, which may move the high watermark. Also the long-poll wait
-//! (`wait_for_data`) a Fetch with `max.wait.ms` makes when there is nothing to read yet.
+//! the leader, in the leader epoch they name — `read_committed` ones only below the last
+//! stable offset, with the aborted transactions overlapping what they read; followers read
+//! everything and their fetch offset records their log end, which may move the high
+//! watermark. Also the long-poll wait (`wait_for_data`) a Fetch with `max.wait.ms` makes when
+//! there is nothing to read yet.
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,7 @@ use bytes::Bytes;
 use super::{check_leader_epoch, owned_partition};
 use crate::protocol::error::ErrorCode;
 use crate::shard::{replica, ShardCtx, TopicPartition};
+use crate::storage::txn_index::AbortedRange;
 
 pub struct FetchPart {
     pub tp: TopicPartition,
@@ -20,6 +23,28 @@ pub struct FetchPart {
     pub replica_id: i32,
     /// The leader epoch the fetcher believes current, or -1 (no check).
     pub current_leader_epoch: i32,
+    pub isolation: Isolation,
+}
+
+/// Fetch's and ListOffsets' `isolation_level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// 0: everything below the high watermark, aborted transactions included.
+    #[default]
+    ReadUncommitted,
+    /// 1: only below the last stable offset, with the aborted transactions to drop.
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// From the wire's `isolation_level` (anything but 1 reads uncommitted, as Kafka does).
+    pub fn from_level(level: i8) -> Self {
+        if level == 1 {
+            Isolation::ReadCommitted
+        } else {
+            Isolation::ReadUncommitted
+        }
+    }
 }
 
 /// Kafka's replica id of a debugging consumer, which may read from followers.
@@ -29,8 +54,12 @@ pub const DEBUGGING_REPLICA_ID: i32 = -2;
 pub struct FetchResult {
     pub error: Option<ErrorCode>,
     pub high_watermark: i64,
+    /// -1 when unknown (an error).
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub chunks: Vec<Bytes>,
+    /// `read_committed` only: the aborted transactions overlapping the data returned.
+    pub aborted: Vec<AbortedRange>,
 }
 
 impl FetchResult {
@@ -41,8 +70,10 @@ impl FetchResult {
         Self {
             error: Some(e),
             high_watermark: -1,
+            last_stable_offset: -1,
             log_start_offset: -1,
             chunks: Vec::new(),
+            aborted: Vec::new(),
         }
     }
 }
@@ -68,23 +99,41 @@ pub async fn fetch(
     out
 }
 
+/// Who waits for data, and so which bound must pass the fetch offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiter {
+    /// A follower: any data (the log end).
+    Follower,
+    /// A `read_uncommitted` consumer: the high watermark.
+    Consumer,
+    /// A `read_committed` consumer: the last stable offset.
+    CommittedConsumer,
+}
+
 /// Resolves when any of the partitions has data past the given offset, or on timeout:
-/// committed data (past the high watermark) for consumers, any for followers.
+/// committed data (past the high watermark, or the last stable offset for `read_committed`)
+/// for consumers, any for followers.
 pub async fn wait_for_data(
     ctx: &Rc<ShardCtx>,
     parts: Vec<(TopicPartition, i64)>,
     timeout: Duration,
-    follower: bool,
+    waiter: Waiter,
 ) {
     let mut waits = Vec::new();
     let deadline = Instant::now() + timeout;
     for (tp, offset) in parts {
         if let Ok(Some(p)) = ctx.partition(&tp.topic, tp.partition).await {
             waits.push(Box::pin(async move {
-                if follower {
-                    p.wait_for_log_end_beyond(offset, deadline).await;
-                } else {
-                    p.wait_for_hw_beyond(offset, deadline).await;
+                match waiter {
+                    Waiter::Follower => {
+                        p.wait_for_log_end_beyond(offset, deadline).await;
+                    }
+                    Waiter::Consumer => {
+                        p.wait_for_hw_beyond(offset, deadline).await;
+                    }
+                    Waiter::CommittedConsumer => {
+                        p.wait_for_lso_beyond(offset, deadline).await;
+                    }
                 }
             }));
         }
@@ -110,6 +159,10 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
             log_start_offset: p.log_start_offset(),
         })
     };
+    let committed = part.isolation == Isolation::ReadCommitted && part.replica_id < 0;
+    // Read before anything awaits, so the bound and the aborted transactions describe the
+    // same log.
+    let last_stable_offset = p.last_stable_offset();
     let read = if part.replica_id >= 0 {
         // A follower: its fetch offset is its (durable) log end, which may move our high
         // watermark; it reads everything we have, committed or not.
@@ -138,17 +191,26 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
                 return FetchResult::error(e);
             }
         }
-        if read {
-            p.read(part.offset, part.max_bytes).await
-        } else {
+        if !read {
             nothing()
+        } else if committed {
+            p.read_bounded(part.offset, part.max_bytes, last_stable_offset)
+                .await
+        } else {
+            p.read(part.offset, part.max_bytes).await
         }
     };
     match read {
         Ok(r) => FetchResult {
             error: None,
             high_watermark: r.high_watermark,
+            last_stable_offset,
             log_start_offset: r.log_start_offset,
+            aborted: if committed && !r.chunks.is_empty() {
+                p.aborted_transactions(part.offset, last_stable_offset)
+            } else {
+                Vec::new()
+            },
             chunks: r.chunks,
         },
         Err(e) => FetchResult {
@@ -159,8 +221,10 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
                 e.error_code()
             }),
             high_watermark: p.high_watermark(),
+            last_stable_offset,
             log_start_offset: p.log_start_offset(),
             chunks: Vec::new(),
+            aborted: Vec::new(),
         },
     }
 }

@@ -3,7 +3,8 @@
 //! One file per concern: produce (validate, append with staging waits, acks) and the
 //! per-partition order of its waiting appends, fetch and the long-poll wait, list offsets
 //! (timestamp lookup), delete records, leader-epoch ends, log dirs (size and cleaner state),
-//! and the partitions' lifecycle (open, drop, reconfigure).
+//! transaction markers (WriteTxnMarkers), and the partitions' lifecycle (open, drop,
+//! reconfigure).
 //!
 //! Every operation answers per partition, in the order it was asked, with the error code a
 //! client should see; none of them touches another shard's partitions.
@@ -15,6 +16,7 @@ pub mod lifecycle;
 pub mod list_offsets;
 pub mod log_dirs;
 pub mod produce;
+pub mod write_markers;
 
 use std::rc::Rc;
 

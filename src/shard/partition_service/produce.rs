@@ -268,6 +268,18 @@ fn prepare(
     for item in BatchIter::new(records) {
         match item {
             Ok((pos, header)) => {
+                if header.is_control() {
+                    // Only a partition leader writes transaction markers (WriteTxnMarkers);
+                    // Kafka's `LogValidator` refuses them from clients with these words.
+                    return Err(ProduceResult::error(
+                        ErrorCode::InvalidRecord,
+                        Some(format!(
+                            "Clients are not allowed to write control records in topic \
+                             partition {}-{}.",
+                            tp.topic, tp.partition
+                        )),
+                    ));
+                }
                 if !header.is_dense() {
                     // Only the cleaner writes batches with gaps; a producer's are dense.
                     return Err(ProduceResult::error(

@@ -10,21 +10,39 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
+use crate::protocol::control::{
+    build_end_txn_marker, parse_end_txn_marker, EndTxnMarker, MarkerError,
+};
 use crate::protocol::inflate::inflated_len;
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::protocol::record_batch::RecordsError;
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, patch_log_append_time, validate, BatchError,
     BatchHeader, BATCH_HEADER_LEN, CODEC_NONE,
 };
 use crate::storage::budget::{Charge, MemoryClass};
-use crate::storage::producer_state::{BatchIdentity, SequenceError, Verdict};
+use crate::storage::producer_state::{
+    BatchIdentity, CompletedTxn, MarkerRefused, SequenceError, Verdict,
+};
 use crate::storage::recovery::offset_follows;
 use crate::storage::segment::Segment;
 use crate::storage::tail_cache::CachedBatch;
+use crate::storage::txn_index::AbortedTxn;
 use crate::storage::{
     AppendError, Error, FlushPolicy, ReplicaAppendError, TimestampType, STAGING_BYTES_MAX,
 };
 
 use super::{AppendOutcome, HwMode, Inner, Partition, ReplicaAppendOutcome};
+
+/// A static description of why a control batch is not a marker (for `RecordsError`).
+fn marker_error_why(e: &MarkerError) -> &'static str {
+    match e {
+        MarkerError::NotControl => "not a control batch",
+        MarkerError::Records(_) => "control batch records do not decode",
+        MarkerError::RecordCount(_) => "control batch must hold one record",
+        MarkerError::Malformed(why) => why,
+    }
+}
 
 impl Inner {
     /// Records that `epoch` starts at `base` if it is not the latest epoch already (Kafka
@@ -35,6 +53,14 @@ impl Inner {
         }
         self.epoch_cache.assign(epoch, base);
         self.epoch_version += 1;
+    }
+
+    /// Files an ended transaction: an abort goes into the active segment's aborted index
+    /// (the segment holding its marker, which was just appended there).
+    fn note_completed(&mut self, done: CompletedTxn) {
+        if done.aborted {
+            self.active().aborted.push(AbortedTxn::from(done));
+        }
     }
 
     pub(super) fn roll(&mut self, dir: &Path) {
@@ -136,18 +162,59 @@ impl Partition {
                 staged_bytes: staged,
                 max: self.budget.borrow().limit().min(STAGING_BYTES_MAX),
             })?;
+        // A control batch here is a transaction marker the leader writes (`append_marker`;
+        // Produce refuses clients' control batches): it carries no sequence, and ends the
+        // producer's transaction once stored.
+        let marker = if header.is_control() {
+            match parse_end_txn_marker(input) {
+                Ok(Some(m)) if header.producer_id >= 0 => Some(m),
+                Ok(_) => None,
+                Err(e) => {
+                    return Err(AppendError::BadRecords(RecordsError::BadRecord {
+                        index: 0,
+                        why: marker_error_why(&e),
+                    }))
+                }
+            }
+        } else {
+            None
+        };
         let mut inner = self.inner.borrow_mut();
         inner.check_open()?;
+        if let Some(m) = &marker {
+            inner
+                .producers
+                .check_marker(
+                    header.producer_id,
+                    header.producer_epoch,
+                    m.coordinator_epoch,
+                )
+                .map_err(|refused| match refused {
+                    MarkerRefused::InvalidProducerEpoch { epoch, current } => {
+                        AppendError::InvalidProducerEpoch {
+                            producer_id: header.producer_id,
+                            epoch,
+                            current,
+                        }
+                    }
+                    MarkerRefused::CoordinatorFenced {
+                        coordinator_epoch,
+                        current,
+                    } => AppendError::CoordinatorFenced {
+                        producer_id: header.producer_id,
+                        coordinator_epoch,
+                        current,
+                    },
+                })?;
+        }
         let id = BatchIdentity {
-            // Control batches (transaction markers) carry no sequence: never checked.
+            // Control batches carry no sequence: never checked as data.
             producer_id: if header.is_control() {
                 -1
             } else {
                 header.producer_id
             },
-            epoch: header.producer_epoch,
-            first_seq: header.base_sequence,
-            last_seq: header.last_sequence(),
+            ..BatchIdentity::of(&header)
         };
         match inner.producers.check(&id) {
             Ok(Verdict::Duplicate {
@@ -187,6 +254,9 @@ impl Partition {
                     last_seq,
                 })
             }
+            Err(SequenceError::InvalidTxnState { producer_id }) => {
+                return Err(AppendError::InvalidTxnState { producer_id })
+            }
         }
         let staged = inner.staged_bytes() as usize;
         // An empty buffer always takes one batch, however large, so nothing waits forever.
@@ -225,6 +295,15 @@ impl Partition {
         inner.next_offset = h.last_offset() + 1;
         inner.assign_epoch(leader_epoch, base_offset);
         inner.producers.record(&id, base_offset, h.last_offset());
+        if let Some(m) = marker {
+            let done = inner.producers.complete_txn(
+                header.producer_id,
+                header.producer_epoch,
+                m,
+                base_offset,
+            );
+            inner.note_completed(done);
+        }
         if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
             inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
         }
@@ -250,6 +329,8 @@ impl Partition {
         if hw_moves {
             inner.high_watermark = inner.next_offset;
         }
+        let hw = inner.high_watermark;
+        inner.producers.prune_replicated(hw);
         drop(inner);
         if hw_moves {
             self.progress.notify_all();
@@ -257,6 +338,22 @@ impl Partition {
         self.appended.notify_all();
         self.flush_wakeup.notify_all();
         Ok(outcome)
+    }
+
+    /// WriteTxnMarkers on the leader: appends the producer's COMMIT or ABORT marker (a control
+    /// batch), which ends its open transaction; an abort is filed in the aborted index. Refused
+    /// with `InvalidProducerEpoch` for an epoch older than the producer's and
+    /// `CoordinatorFenced` for a coordinator epoch older than the last marker's. Not yet
+    /// durable on return, as `append`.
+    pub fn append_marker(
+        &self,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        marker: EndTxnMarker,
+        now_ms: i64,
+    ) -> Result<AppendOutcome, AppendError> {
+        let batch = build_end_txn_marker(producer_id, producer_epoch, marker, now_ms);
+        self.append(&batch[..], now_ms)
     }
 
     /// Called on becoming leader: every later `append` stamps `epoch` into its batch, and
@@ -368,14 +465,9 @@ impl Partition {
             inner.active().append(bytes.clone(), &h, interval, now_ms);
             inner.next_offset = h.last_offset() + 1;
             inner.assign_epoch(h.partition_leader_epoch, h.base_offset);
-            if !h.is_control() {
-                let id = BatchIdentity {
-                    producer_id: h.producer_id,
-                    epoch: h.producer_epoch,
-                    first_seq: h.base_sequence,
-                    last_seq: h.last_sequence(),
-                };
-                inner.producers.record(&id, h.base_offset, h.last_offset());
+            // Producer state and transactions follow the leader's batches and markers.
+            if let Some(done) = inner.producers.replay(&h, &bytes) {
+                inner.note_completed(done);
             }
             if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
                 inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
@@ -405,6 +497,8 @@ impl Partition {
         if hw_moves {
             inner.high_watermark = inner.next_offset;
         }
+        let hw = inner.high_watermark;
+        inner.producers.prune_replicated(hw);
         let log_end_offset = inner.next_offset;
         drop(inner);
         if count > 0 {

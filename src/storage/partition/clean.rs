@@ -24,7 +24,9 @@ use crate::storage::cleaner::{
     Filtered, LogSummary, Mapped, OffsetMap, SegmentSummary,
 };
 use crate::storage::file_io::SegmentFile;
-use crate::storage::recovery::{remove_segment_files, write_indexes};
+use crate::storage::recovery::{
+    merge_txn_indexes, remove_segment_data_files, remove_segment_files, write_indexes,
+};
 use crate::storage::segment::{read_batches, segment_path, Segment};
 use crate::storage::state_file;
 use crate::storage::Error;
@@ -452,15 +454,24 @@ impl Partition {
         {
             let mut inner = self.inner.borrow_mut();
             for m in members {
-                inner.segments.remove(&m.summary.base_offset);
+                // Markers are never cleaned away: the cleaned segment holds all their aborts.
+                if let Some(old) = inner.segments.remove(&m.summary.base_offset) {
+                    seg.aborted.extend(old.aborted);
+                }
             }
             inner.segments.insert(base, seg);
             // The tail cache still holds the batches as they were before cleaning; readers
             // must see the cleaned segment from now on.
             inner.cache.evict_below(next_offset);
         }
+        let sources: Vec<i64> = members.iter().map(|m| m.summary.base_offset).collect();
+        merge_txn_indexes(&self.dir, base, &sources).await?;
         for m in members {
-            remove_segment_files(&self.dir, m.summary.base_offset).await?;
+            if m.summary.base_offset == base {
+                remove_segment_data_files(&self.dir, base).await?;
+            } else {
+                remove_segment_files(&self.dir, m.summary.base_offset).await?;
+            }
         }
         std::fs::rename(&swap_path, &log_path).map_err(|e| Error::io(&log_path, "rename", e))?;
         write_indexes(&self.dir, base, &index, &time_index).await?;

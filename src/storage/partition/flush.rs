@@ -12,6 +12,7 @@ use crate::storage::budget::WRITE_PIECE_BYTES;
 use crate::storage::recovery::{write_indexes, write_producer_snapshot};
 use crate::storage::segment::{preallocation_target, split_writes};
 use crate::storage::state_file;
+use crate::storage::txn_index;
 use crate::storage::{
     Error, FlushPolicy, ACTIVE_CHECKPOINT_BYTES, HW_CHECKPOINT_INTERVAL_MS,
     NEVER_POLICY_WRITE_INTERVAL_MS, STAGING_WRITE_THRESHOLD_BYTES,
@@ -205,6 +206,7 @@ impl Partition {
                             seg.index.clone(),
                             seg.time_index.clone(),
                             inner.producers.snapshot(seg.next_offset),
+                            seg.aborted.clone(),
                         )
                     });
                 (
@@ -315,9 +317,11 @@ impl Partition {
                 self.persist_epochs_if_dirty().await?;
             }
             if !sealed {
-                if let Some((index, time_index, snapshot)) = checkpoint {
+                if let Some((index, time_index, snapshot, aborted)) = checkpoint {
                     // Bounds crash recovery of a large active segment: it resumes from here
-                    // instead of scanning the whole segment.
+                    // instead of scanning the whole segment. The aborted index first: recovery
+                    // trusts its entries below the snapshot written last.
+                    txn_index::write(&self.dir, base, &aborted).await?;
                     write_indexes(&self.dir, base, &index, &time_index).await?;
                     write_producer_snapshot(&self.dir, &snapshot).await?;
                     if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
@@ -334,7 +338,7 @@ impl Partition {
             file.sync_data()
                 .await
                 .map_err(|e| Error::io(&path, "fdatasync", e))?;
-            let (index, time_index, snapshot) = {
+            let (index, time_index, snapshot, aborted) = {
                 let mut inner = self.inner.borrow_mut();
                 let Some(seg) = inner.segments.get_mut(&base) else {
                     continue;
@@ -343,8 +347,12 @@ impl Partition {
                     seg.index.clone(),
                     seg.time_index.clone(),
                     seg.snapshot_at_seal.take(),
+                    seg.aborted.clone(),
                 )
             };
+            // The aborted index before the offset and time indexes: recovery trusts a closed
+            // segment's `.txnindex` (or its absence) once those exist.
+            txn_index::write(&self.dir, base, &aborted).await?;
             write_indexes(&self.dir, base, &index, &time_index).await?;
             if let Some(snapshot) = snapshot {
                 write_producer_snapshot(&self.dir, &snapshot).await?;

@@ -68,6 +68,7 @@ use super::segment::Segment;
 use super::space::DiskSpace;
 use super::state_file;
 use super::tail_cache::TailCache;
+use super::txn_index::{self, AbortedRange};
 use super::{Error, FlushPolicy, LogConfig};
 use crate::limits::PARTITION_RESIDENT_BYTES;
 use crate::replication::epoch_cache::EpochCache;
@@ -412,6 +413,49 @@ impl Partition {
         self.inner.borrow().log_start
     }
 
+    /// The last stable offset: below it every transaction is decided (committed or aborted,
+    /// its marker below the high watermark), so `read_committed` consumers read up to it.
+    /// `min(first offset of any open or unreplicated transaction, high watermark)`, never
+    /// below the log start.
+    pub fn last_stable_offset(&self) -> i64 {
+        let inner = self.inner.borrow();
+        inner
+            .producers
+            .last_stable_offset(inner.high_watermark)
+            .max(inner.log_start)
+    }
+
+    /// The aborted transactions overlapping `[from, upper)` (Fetch's `aborted_transactions`):
+    /// the aborted indexes of the segment holding `from` and every later one, until an entry
+    /// shows no later segment can add one. Bounded by the aborts in those segments.
+    pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedRange> {
+        let inner = self.inner.borrow();
+        let start = inner
+            .segments
+            .range(..=from)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(i64::MIN);
+        let mut out = Vec::new();
+        for seg in inner.segments.range(start..).map(|(_, s)| s) {
+            if seg.base_offset >= upper && seg.aborted.is_empty() {
+                continue;
+            }
+            if txn_index::collect(&seg.aborted, from, upper, &mut out) {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The open transaction's first offset of a producer (DescribeProducers, tests).
+    pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.inner
+            .borrow()
+            .producers
+            .open_txn_first_offset(producer_id)
+    }
+
     /// Offsets below this are fsynced: the durable log end, what a follower reports to its
     /// leader.
     pub fn durable_offset(&self) -> i64 {
@@ -439,6 +483,7 @@ impl Partition {
             let moved = hw > inner.high_watermark;
             if moved {
                 inner.high_watermark = hw;
+                inner.producers.prune_replicated(hw);
             }
             moved
         };
@@ -551,7 +596,7 @@ impl Partition {
     async fn write_close_state(&self) -> Result<(), Error> {
         // Serialise with DeleteRecords/retention, which write the same log start file.
         let _permit = self.lock_meta().await?;
-        let (base, index, time_index, snapshot, log_start) = {
+        let (base, index, time_index, snapshot, log_start, aborted) = {
             let mut inner = self.inner.borrow_mut();
             if let Some(e) = &inner.failed {
                 return Err(e.clone());
@@ -566,6 +611,7 @@ impl Partition {
                 seg.time_index.clone(),
                 snapshot,
                 log_start,
+                seg.aborted.clone(),
             )
         };
         if self
@@ -575,6 +621,7 @@ impl Partition {
             .get(&base)
             .is_some_and(|s| s.file.is_some())
         {
+            txn_index::write(&self.dir, base, &aborted).await?;
             write_indexes(&self.dir, base, &index, &time_index).await?;
         }
         write_producer_snapshot(&self.dir, &snapshot).await?;

@@ -232,6 +232,23 @@ impl Partition {
         self.high_watermark()
     }
 
+    /// Resolves when the last stable offset passes `offset`, or at `deadline`, or when the
+    /// partition closes or fails. `read_committed` consumer long polls: the LSO moves with
+    /// the high watermark (`progress`) and with markers (`appended`).
+    pub async fn wait_for_lso_beyond(&self, offset: i64, deadline: Instant) -> i64 {
+        let ready = |inner: &Inner| {
+            inner
+                .producers
+                .last_stable_offset(inner.high_watermark)
+                .max(inner.log_start)
+                > offset
+        };
+        let progress = self.wait_until(&self.progress, deadline, ready);
+        let appended = self.wait_until(&self.appended, deadline, ready);
+        futures_lite::future::or(progress, appended).await;
+        self.last_stable_offset()
+    }
+
     /// Resolves when the log end passes `offset` (returns it), or at `deadline`, or when the
     /// partition closes or fails. A leader long-polling for a follower's fetch.
     pub async fn wait_for_log_end_beyond(&self, offset: i64, deadline: Instant) -> i64 {

@@ -8,13 +8,14 @@ use std::cell::Cell;
 use std::collections::HashSet;
 
 use crate::replication::epoch_cache::EpochCache;
-use crate::storage::producer_state::{BatchIdentity, ProducerStateTable};
+use crate::storage::producer_state::ProducerStateTable;
 use crate::storage::recovery::{
     finish_truncate_fully, recover, remove_segment_files, scan_valid, write_producer_snapshot,
     Recovered,
 };
 use crate::storage::segment::segment_path;
 use crate::storage::state_file::{self, remove_if_exists};
+use crate::storage::txn_index;
 use crate::storage::Error;
 
 use super::{Inner, Partition};
@@ -182,25 +183,28 @@ impl Partition {
         // when the cleaner removed the batches in between.
         let mut kept_end = base;
         let gaps_below = self.gaps_below();
-        scan_valid(&*file, &path, 0, size, base, base, gaps_below, |h, pos| {
-            if cut.is_some() {
-                return;
-            }
-            if h.last_offset() >= offset {
-                cut = Some((kept_end, pos));
-                return;
-            }
-            kept_end = h.last_offset() + 1;
-            if !h.is_control() && affected.contains(&h.producer_id) {
-                let id = BatchIdentity {
-                    producer_id: h.producer_id,
-                    epoch: h.producer_epoch,
-                    first_seq: h.base_sequence,
-                    last_seq: h.last_sequence(),
-                };
-                replayed.record(&id, h.base_offset, h.last_offset());
-            }
-        })
+        scan_valid(
+            &*file,
+            &path,
+            0,
+            size,
+            base,
+            base,
+            gaps_below,
+            |h, pos, batch| {
+                if cut.is_some() {
+                    return;
+                }
+                if h.last_offset() >= offset {
+                    cut = Some((kept_end, pos));
+                    return;
+                }
+                kept_end = h.last_offset() + 1;
+                if affected.contains(&h.producer_id) {
+                    replayed.replay(h, batch);
+                }
+            },
+        )
         .await?;
         // `offset` in a gap after this segment's last batch (cleaned away): cut after it.
         let cut = cut.or((!later.is_empty()).then_some((kept_end, size)));
@@ -233,7 +237,23 @@ impl Partition {
             remove_segment_files(&self.dir, *b).await?;
         }
         state_file::sync_dir(&self.dir).await?;
-        // 4. Producer, epoch and HW state as of the new end.
+        // 4. The cut segment's aborted index as of the new end (before the producer snapshot:
+        //    recovery trusts its entries below the snapshot), then producer, epoch and HW
+        //    state as of the new end.
+        let kept_aborts: Vec<_> = self
+            .inner
+            .borrow()
+            .segments
+            .get(&base)
+            .map(|s| {
+                s.aborted
+                    .iter()
+                    .filter(|a| a.last_offset < new_end)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        txn_index::write(&self.dir, base, &kept_aborts).await?;
         producers.absorb(replayed);
         write_producer_snapshot(&self.dir, &producers.snapshot(new_end)).await?;
         {
