@@ -116,14 +116,7 @@ pub(crate) async fn scan_epochs(
         if seg.size == 0 {
             continue;
         }
-        let path = segment_path(dir, seg.base_offset, "log");
-        let file = match &seg.file {
-            Some(f) => std::rc::Rc::clone(f),
-            None => fs
-                .open_segment(&path, false)
-                .await
-                .map_err(|e| Error::io(&path, "open", e))?,
-        };
+        let (path, file) = segment_file(dir, seg, fs).await?;
         let mut changes = Vec::new();
         scan_valid(
             &*file,
@@ -145,6 +138,23 @@ pub(crate) async fn scan_epochs(
     Ok(cache)
 }
 
+/// A segment's log file for a replay: the one it holds open, or opened read-only for this.
+async fn segment_file(
+    dir: &Path,
+    seg: &Segment,
+    fs: &dyn FileSystem,
+) -> Result<(std::path::PathBuf, std::rc::Rc<dyn SegmentFile>), Error> {
+    let path = segment_path(dir, seg.base_offset, "log");
+    let file = match &seg.file {
+        Some(f) => std::rc::Rc::clone(f),
+        None => fs
+            .open_segment(&path, false)
+            .await
+            .map_err(|e| Error::io(&path, "open", e))?,
+    };
+    Ok((path, file))
+}
+
 /// Rebuilds every segment's aborted-transaction index by replaying the whole log's batches
 /// and markers from the first segment (a closed segment's index was damaged: its entries need
 /// the open transactions at its start, which only a replay from the beginning knows), and
@@ -160,14 +170,7 @@ pub(crate) async fn rebuild_aborted_index(
     for seg in segments.values_mut() {
         let mut aborted = Vec::new();
         if seg.size > 0 {
-            let path = segment_path(dir, seg.base_offset, "log");
-            let file = match &seg.file {
-                Some(f) => std::rc::Rc::clone(f),
-                None => fs
-                    .open_segment(&path, false)
-                    .await
-                    .map_err(|e| Error::io(&path, "open", e))?,
-            };
+            let (path, file) = segment_file(dir, seg, fs).await?;
             scan_valid(
                 &*file,
                 &path,
