@@ -251,6 +251,47 @@ def test_http_produce_answers_durable_offsets(ingest):
     assert (b"k1", b"v1", [("h", b"x")]) in got
 
 
+def test_keyless_lines_on_a_compacted_topic_fail_alone(ingest):
+    # Proves that on a compacted topic each keyless record is refused on its own (the
+    # partition refuses keyless records with INVALID_RECORD) while the keyed records of the
+    # same HTTP request, batched with them, land and are readable.
+    from confluent_kafka.admin import AdminClient, NewTopic
+    b, ports = ingest
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    fut = admin.create_topics([NewTopic("compacted-logs", 1, 1,
+                                        config={"cleanup.policy": "compact"})])
+    fut["compacted-logs"].result(30)
+    wait_for_topic(b, "compacted-logs")
+    body = json.dumps({"records": [
+        {"key": "k1", "value": "v1", "partition": 0},
+        {"value": "no key", "partition": 0},
+        {"key": "k2", "value": "v2", "partition": 0}]}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{ports['http']}/topics/compacted-logs",
+                                 data=body, headers={"Content-Type": "application/json"})
+    # A request with any failed record answers 500, with every record's outcome in the body.
+    with pytest.raises(urllib.error.HTTPError) as failed:
+        urllib.request.urlopen(req, timeout=60)
+    assert failed.value.code == 500
+    offsets = json.loads(failed.value.read())["offsets"]
+    assert offsets[0]["error_code"] is None and offsets[2]["error_code"] is None, offsets
+    assert offsets[2]["offset"] == offsets[0]["offset"] + 1
+    assert offsets[1]["error_code"] is not None
+    assert "without key" in offsets[1]["error"], offsets[1]
+
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "compacted-readers",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("compacted-logs", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append((m.key(), m.value()))
+    c.close()
+    assert got == [(b"k1", b"v1"), (b"k2", b"v2")]
+
+
 def start_rsyslog(tmp_path: Path, name: str, action: str) -> tuple[subprocess.Popen, int]:
     """rsyslogd in the foreground with its own config: an imtcp input on a free port and
     `action` as its only output."""

@@ -354,6 +354,10 @@ async fn start_append(batcher: &Rc<Batcher>, batch: Batch) {
         charges,
         ..
     } = batch;
+    let (records, acks) = refuse_keyless(batcher, &tp, records, acks);
+    if records.is_empty() {
+        return;
+    }
     let count = records.len();
     let target = owner_shard(ctx, &tp);
     let encoded = target.and_then(|shard| {
@@ -400,6 +404,62 @@ async fn start_append(batcher: &Rc<Batcher>, batch: Batch) {
         me.in_flight_changed.notify_all();
     })
     .detach();
+}
+
+/// On a compacted topic, fails each keyless record on its own (the partition would refuse the
+/// whole batch with INVALID_RECORD, and one keyless line would lose its neighbours) and
+/// returns the rest with their acks renumbered to their new places in the batch.
+fn refuse_keyless(
+    batcher: &Batcher,
+    tp: &TopicPartition,
+    records: Vec<IngestRecord>,
+    acks: Vec<(usize, Ack)>,
+) -> (Vec<IngestRecord>, Vec<(usize, Ack)>) {
+    if records.iter().all(|r| r.key.is_some()) || !topic_compacted(&batcher.ctx, &tp.topic) {
+        return (records, acks);
+    }
+    let why = format!(
+        "InvalidRecord: Compacted topic cannot accept message without key in topic partition {}-{}.",
+        tp.topic, tp.partition
+    );
+    // new_index[i]: where record i goes in the kept batch, None when it is refused.
+    let mut new_index = Vec::with_capacity(records.len());
+    let mut kept = Vec::with_capacity(records.len());
+    for record in records {
+        if record.key.is_some() {
+            new_index.push(Some(kept.len()));
+            kept.push(record);
+        } else {
+            new_index.push(None);
+        }
+    }
+    let refused = new_index.iter().filter(|i| i.is_none()).count();
+    ShardCounters::add(&batcher.counters().append_failed, refused as u64);
+    warn!(
+        topic = %tp.topic,
+        partition = tp.partition,
+        records = refused,
+        "ingested records without a key refused: the topic is compacted"
+    );
+    let mut kept_acks = Vec::with_capacity(acks.len());
+    for (i, ack) in acks {
+        match new_index.get(i).copied().flatten() {
+            Some(j) => kept_acks.push((j, ack)),
+            None => ack.sink.set(ack.index, Err(why.clone())),
+        }
+    }
+    (kept, kept_acks)
+}
+
+/// Whether `topic`'s cleanup.policy includes `compact`.
+fn topic_compacted(ctx: &ShardCtx, topic: &str) -> bool {
+    let catalog = ctx.shared.catalog.load();
+    catalog.topic(topic).is_some_and(|meta| {
+        ctx.shared
+            .topic_log_config(&meta.configs)
+            .cleanup_policy
+            .compact
+    })
 }
 
 /// Reports a batch's outcome to its acks and counters.
