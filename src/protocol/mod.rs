@@ -7,6 +7,7 @@ pub mod cursor;
 pub mod error;
 pub mod frame;
 pub mod fuzz;
+pub mod ids;
 pub mod inflate;
 pub mod partition_key;
 pub mod produce_batch;

@@ -9,13 +9,14 @@
 //! duplicated, from a superseded request) are ignored.
 use super::epoch_cache::{EpochCache, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
 use super::{FollowerCommand, ReplicaError};
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Waiting for the leader's end offset of `epoch`.
-    Validating { epoch: i32 },
+    Validating { epoch: LeaderEpoch },
     /// Waiting for the response to a Fetch from `offset`.
-    Fetching { offset: i64 },
+    Fetching { offset: Offset },
     /// Waiting for the leader's log start and end.
     ListingOffsets,
     /// The leader or epoch is stale; a new metadata image replaces this state.
@@ -24,10 +25,10 @@ enum Phase {
 
 #[derive(Debug, Clone)]
 pub struct FollowerState {
-    leader: i32,
-    leader_epoch: i32,
+    leader: NodeId,
+    leader_epoch: LeaderEpoch,
     phase: Phase,
-    hw: i64,
+    hw: Offset,
 }
 
 impl FollowerState {
@@ -36,15 +37,15 @@ impl FollowerState {
     /// first request: with any epoch known, validate it first (KIP-279 validates after every
     /// leader change); with none, there is nothing to validate, so fetch.
     pub fn new(
-        leader: i32,
-        leader_epoch: i32,
-        local_leo: i64,
-        local_hw: i64,
-        latest_local_epoch: Option<i32>,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
+        local_leo: Offset,
+        local_hw: Offset,
+        latest_local_epoch: Option<LeaderEpoch>,
     ) -> (Self, FollowerCommand) {
         let hw = local_hw.min(local_leo);
         let (phase, command) = match latest_local_epoch {
-            Some(epoch) if epoch >= 0 => (
+            Some(epoch) if epoch >= LeaderEpoch(0) => (
                 Phase::Validating { epoch },
                 FollowerCommand::SendOffsetForLeaderEpoch { epoch },
             ),
@@ -62,22 +63,22 @@ impl FollowerState {
         (state, command)
     }
 
-    pub fn leader(&self) -> i32 {
+    pub fn leader(&self) -> NodeId {
         self.leader
     }
 
-    pub fn leader_epoch(&self) -> i32 {
+    pub fn leader_epoch(&self) -> LeaderEpoch {
         self.leader_epoch
     }
 
-    pub fn high_watermark(&self) -> i64 {
+    pub fn high_watermark(&self) -> Offset {
         self.hw
     }
 
     /// The offset of the Fetch this follower waits on. The shard appends the records of a
     /// Fetch response only when this is `Some` of that request's offset (and it equals the
     /// local LEO): a reordered or duplicated response must not be appended.
-    pub fn expected_fetch_offset(&self) -> Option<i64> {
+    pub fn expected_fetch_offset(&self) -> Option<Offset> {
         match self.phase {
             Phase::Fetching { offset } => Some(offset),
             _ => None,
@@ -90,10 +91,10 @@ impl FollowerState {
     /// the local log does not know the epoch the leader named.
     pub fn handle_epoch_end(
         &mut self,
-        requested_epoch: i32,
-        leader_epoch_found: i32,
-        end_offset: i64,
-        local_leo: i64,
+        requested_epoch: LeaderEpoch,
+        leader_epoch_found: LeaderEpoch,
+        end_offset: Offset,
+        local_leo: Offset,
         local_epoch_cache: &EpochCache,
     ) -> Vec<FollowerCommand> {
         if self.phase
@@ -136,9 +137,9 @@ impl FollowerState {
     /// local log ends at `local_leo`; the leader's HW was `leader_hw`. Fetch onward.
     pub fn handle_fetch_response(
         &mut self,
-        fetch_offset: i64,
-        local_leo: i64,
-        leader_hw: i64,
+        fetch_offset: Offset,
+        local_leo: Offset,
+        leader_hw: Offset,
     ) -> Vec<FollowerCommand> {
         if self.phase
             != (Phase::Fetching {
@@ -162,7 +163,7 @@ impl FollowerState {
     /// The Fetch from `fetch_offset` failed with `error`.
     pub fn handle_fetch_error(
         &mut self,
-        fetch_offset: i64,
+        fetch_offset: Offset,
         error: ReplicaError,
     ) -> Vec<FollowerCommand> {
         if self.phase
@@ -191,7 +192,7 @@ impl FollowerState {
     /// OffsetForLeaderEpoch failed with `error`.
     pub fn handle_epoch_error(
         &mut self,
-        requested_epoch: i32,
+        requested_epoch: LeaderEpoch,
         error: ReplicaError,
     ) -> Vec<FollowerCommand> {
         if self.phase
@@ -217,9 +218,9 @@ impl FollowerState {
     /// The leader's log spans `[log_start, log_end)` (after an OffsetOutOfRange).
     pub fn handle_log_bounds(
         &mut self,
-        log_start: i64,
-        log_end: i64,
-        local_leo: i64,
+        log_start: Offset,
+        log_end: Offset,
+        local_leo: Offset,
     ) -> Vec<FollowerCommand> {
         if self.phase != Phase::ListingOffsets {
             return Vec::new();
@@ -249,7 +250,7 @@ impl FollowerState {
         }
     }
 
-    fn truncate(&mut self, to: i64, local_leo: i64) -> Vec<FollowerCommand> {
+    fn truncate(&mut self, to: Offset, local_leo: Offset) -> Vec<FollowerCommand> {
         if to >= local_leo {
             return Vec::new();
         }
@@ -257,7 +258,7 @@ impl FollowerState {
         vec![FollowerCommand::Truncate { to }]
     }
 
-    fn truncate_then_fetch(&mut self, to: i64, local_leo: i64) -> Vec<FollowerCommand> {
+    fn truncate_then_fetch(&mut self, to: Offset, local_leo: Offset) -> Vec<FollowerCommand> {
         let mut commands = self.truncate(to, local_leo);
         let offset = to.min(local_leo);
         self.phase = Phase::Fetching { offset };
@@ -273,7 +274,7 @@ mod tests {
     fn cache(pairs: &[(i32, i64)]) -> EpochCache {
         let mut c = EpochCache::default();
         for &(e, o) in pairs {
-            c.assign(e, o);
+            c.assign(LeaderEpoch(e), Offset(o));
         }
         c
     }
@@ -285,23 +286,34 @@ mod tests {
     fn kip101_truncates_to_divergence() {
         let a_cache = cache(&[(1, 0)]);
         let b_cache = cache(&[(1, 0), (2, 1)]);
-        let (mut a, first) = FollowerState::new(2, 2, 2, 0, Some(1));
+        let (mut a, first) = FollowerState::new(
+            NodeId(2),
+            LeaderEpoch(2),
+            Offset(2),
+            Offset(0),
+            Some(LeaderEpoch(1)),
+        );
         assert_eq!(
             first,
-            FollowerCommand::SendOffsetForLeaderEpoch { epoch: 1 }
+            FollowerCommand::SendOffsetForLeaderEpoch {
+                epoch: LeaderEpoch(1)
+            }
         );
-        let (found, end) = b_cache.end_offset_for(1, 2);
-        assert_eq!((found, end), (1, 1));
-        let cmds = a.handle_epoch_end(1, found, end, 2, &a_cache);
+        let (found, end) = b_cache.end_offset_for(LeaderEpoch(1), Offset(2));
+        assert_eq!((found, end), (LeaderEpoch(1), Offset(1)));
+        let cmds = a.handle_epoch_end(LeaderEpoch(1), found, end, Offset(2), &a_cache);
         assert_eq!(
             cmds,
             vec![
-                FollowerCommand::Truncate { to: 1 },
-                FollowerCommand::Fetch { offset: 1 }
+                FollowerCommand::Truncate { to: Offset(1) },
+                FollowerCommand::Fetch { offset: Offset(1) }
             ]
         );
         // The same answer again (a duplicate) changes nothing.
-        assert_eq!(a.handle_epoch_end(1, found, end, 1, &a_cache), vec![]);
+        assert_eq!(
+            a.handle_epoch_end(LeaderEpoch(1), found, end, Offset(1), &a_cache),
+            vec![]
+        );
     }
 
     /// When the leader names an epoch the follower never had, the follower truncates to the
@@ -310,32 +322,42 @@ mod tests {
     fn multi_round_validation() {
         let leader = cache(&[(1, 0), (2, 4), (4, 6)]);
         let mut local = cache(&[(1, 0), (3, 5)]);
-        let (mut f, first) = FollowerState::new(9, 4, 8, 3, Some(3));
+        let (mut f, first) = FollowerState::new(
+            NodeId(9),
+            LeaderEpoch(4),
+            Offset(8),
+            Offset(3),
+            Some(LeaderEpoch(3)),
+        );
         assert_eq!(
             first,
-            FollowerCommand::SendOffsetForLeaderEpoch { epoch: 3 }
+            FollowerCommand::SendOffsetForLeaderEpoch {
+                epoch: LeaderEpoch(3)
+            }
         );
-        let (found, end) = leader.end_offset_for(3, 10);
-        assert_eq!((found, end), (2, 6));
-        let cmds = f.handle_epoch_end(3, found, end, 8, &local);
+        let (found, end) = leader.end_offset_for(LeaderEpoch(3), Offset(10));
+        assert_eq!((found, end), (LeaderEpoch(2), Offset(6)));
+        let cmds = f.handle_epoch_end(LeaderEpoch(3), found, end, Offset(8), &local);
         assert_eq!(
             cmds,
             vec![
-                FollowerCommand::Truncate { to: 5 },
-                FollowerCommand::SendOffsetForLeaderEpoch { epoch: 1 }
+                FollowerCommand::Truncate { to: Offset(5) },
+                FollowerCommand::SendOffsetForLeaderEpoch {
+                    epoch: LeaderEpoch(1)
+                }
             ]
         );
-        local.truncate_from_end(5);
-        let (found, end) = leader.end_offset_for(1, 10);
-        let cmds = f.handle_epoch_end(1, found, end, 5, &local);
+        local.truncate_from_end(Offset(5));
+        let (found, end) = leader.end_offset_for(LeaderEpoch(1), Offset(10));
+        let cmds = f.handle_epoch_end(LeaderEpoch(1), found, end, Offset(5), &local);
         assert_eq!(
             cmds,
             vec![
-                FollowerCommand::Truncate { to: 4 },
-                FollowerCommand::Fetch { offset: 4 }
+                FollowerCommand::Truncate { to: Offset(4) },
+                FollowerCommand::Fetch { offset: Offset(4) }
             ]
         );
-        assert_eq!(f.high_watermark(), 3);
+        assert_eq!(f.high_watermark(), Offset(3));
     }
 
     /// Answers that name no common epoch: an UNDEFINED leader answer keeps only what is
@@ -343,28 +365,52 @@ mod tests {
     #[test]
     fn undefined_epochs() {
         let local = cache(&[(2, 0)]);
-        let (mut f, _) = FollowerState::new(1, 3, 10, 4, Some(2));
-        let cmds = f.handle_epoch_end(2, UNDEFINED_EPOCH, UNDEFINED_OFFSET, 10, &local);
+        let (mut f, _) = FollowerState::new(
+            NodeId(1),
+            LeaderEpoch(3),
+            Offset(10),
+            Offset(4),
+            Some(LeaderEpoch(2)),
+        );
+        let cmds = f.handle_epoch_end(
+            LeaderEpoch(2),
+            UNDEFINED_EPOCH,
+            UNDEFINED_OFFSET,
+            Offset(10),
+            &local,
+        );
         assert_eq!(
             cmds,
             vec![
-                FollowerCommand::Truncate { to: 4 },
-                FollowerCommand::Fetch { offset: 4 }
+                FollowerCommand::Truncate { to: Offset(4) },
+                FollowerCommand::Fetch { offset: Offset(4) }
             ]
         );
-        let (mut f, _) = FollowerState::new(1, 3, 10, 4, Some(2));
-        let cmds = f.handle_epoch_end(2, 2, 7, 10, &EpochCache::default());
+        let (mut f, _) = FollowerState::new(
+            NodeId(1),
+            LeaderEpoch(3),
+            Offset(10),
+            Offset(4),
+            Some(LeaderEpoch(2)),
+        );
+        let cmds = f.handle_epoch_end(
+            LeaderEpoch(2),
+            LeaderEpoch(2),
+            Offset(7),
+            Offset(10),
+            &EpochCache::default(),
+        );
         assert_eq!(
             cmds,
             vec![
-                FollowerCommand::Truncate { to: 7 },
-                FollowerCommand::Fetch { offset: 7 }
+                FollowerCommand::Truncate { to: Offset(7) },
+                FollowerCommand::Fetch { offset: Offset(7) }
             ]
         );
         // A leader whose epoch lags ours is retried, not obeyed.
         assert_eq!(
-            f.handle_fetch_error(7, ReplicaError::UnknownLeaderEpoch),
-            vec![FollowerCommand::Fetch { offset: 7 }]
+            f.handle_fetch_error(Offset(7), ReplicaError::UnknownLeaderEpoch),
+            vec![FollowerCommand::Fetch { offset: Offset(7) }]
         );
     }
 
@@ -372,30 +418,35 @@ mod tests {
     /// fencing stops the follower.
     #[test]
     fn fetch_flow() {
-        let (mut f, first) = FollowerState::new(1, 3, 0, 0, None);
-        assert_eq!(first, FollowerCommand::Fetch { offset: 0 });
-        let cmds = f.handle_fetch_response(0, 5, 9);
+        let (mut f, first) =
+            FollowerState::new(NodeId(1), LeaderEpoch(3), Offset(0), Offset(0), None);
+        assert_eq!(first, FollowerCommand::Fetch { offset: Offset(0) });
+        let cmds = f.handle_fetch_response(Offset(0), Offset(5), Offset(9));
         assert_eq!(
             cmds,
             vec![
-                FollowerCommand::AdvanceHw(5),
-                FollowerCommand::Fetch { offset: 5 }
+                FollowerCommand::AdvanceHw(Offset(5)),
+                FollowerCommand::Fetch { offset: Offset(5) }
             ]
         );
-        assert_eq!(f.handle_fetch_response(0, 5, 9), vec![], "duplicate");
         assert_eq!(
-            f.handle_fetch_error(5, ReplicaError::OffsetOutOfRange),
+            f.handle_fetch_response(Offset(0), Offset(5), Offset(9)),
+            vec![],
+            "duplicate"
+        );
+        assert_eq!(
+            f.handle_fetch_error(Offset(5), ReplicaError::OffsetOutOfRange),
             vec![FollowerCommand::SendListOffsets]
         );
         assert_eq!(
-            f.handle_log_bounds(7, 12, 5),
+            f.handle_log_bounds(Offset(7), Offset(12), Offset(5)),
             vec![
-                FollowerCommand::TruncateFully { start: 7 },
-                FollowerCommand::Fetch { offset: 7 }
+                FollowerCommand::TruncateFully { start: Offset(7) },
+                FollowerCommand::Fetch { offset: Offset(7) }
             ]
         );
         assert_eq!(
-            f.handle_fetch_error(7, ReplicaError::FencedLeaderEpoch),
+            f.handle_fetch_error(Offset(7), ReplicaError::FencedLeaderEpoch),
             vec![FollowerCommand::AwaitMetadata]
         );
         assert_eq!(f.handle_timeout(), vec![]);

@@ -27,31 +27,32 @@
 //! (as KRaft brokers replay the metadata log), whose leader epoch has moved on by then. The
 //! simulation found the interleaving where skipping that step loses a committed record.
 use super::{LeaderCommand, ReplicaError};
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 
 /// What the leader knows about one follower (Kafka's `ReplicaState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FollowerProgress {
-    replica: i32,
+    replica: NodeId,
     /// The follower's LEO as its last fetch reported; -1 until it fetches in this epoch.
-    leo: i64,
+    leo: Offset,
     /// The last time the follower was known to be caught up to the leader's LEO.
     last_caught_up_ms: u64,
     /// The leader's LEO when the follower last fetched, and when that was: a fetch that
     /// reaches what the leader had at the previous fetch proves the follower was caught up
     /// at the previous fetch's time (Kafka's `Replica.updateFetchState`).
-    last_fetch_leader_leo: i64,
+    last_fetch_leader_leo: Offset,
     last_fetch_ms: u64,
 }
 
 impl FollowerProgress {
     /// A follower that has not fetched in this epoch yet; `last_caught_up_ms` is when it
     /// last counts as caught up (now for an ISR member, 0 for one out of sync).
-    fn new(replica: i32, last_caught_up_ms: u64) -> Self {
+    fn new(replica: NodeId, last_caught_up_ms: u64) -> Self {
         Self {
             replica,
-            leo: -1,
+            leo: Offset::UNDEFINED,
             last_caught_up_ms,
-            last_fetch_leader_leo: -1,
+            last_fetch_leader_leo: Offset::UNDEFINED,
             last_fetch_ms: 0,
         }
     }
@@ -59,21 +60,21 @@ impl FollowerProgress {
 
 #[derive(Debug, Clone)]
 pub struct LeaderState {
-    local: i32,
-    leader_epoch: i32,
+    local: NodeId,
+    leader_epoch: LeaderEpoch,
     partition_epoch: i32,
-    leader_epoch_start_offset: i64,
-    replicas: Vec<i32>,
+    leader_epoch_start_offset: Offset,
+    replicas: Vec<NodeId>,
     /// The ISR the controller committed; always contains `local`.
-    isr: Vec<i32>,
+    isr: Vec<NodeId>,
     /// The ISR proposed in the AlterPartition in flight, if any.
-    pending_isr: Option<Vec<i32>>,
+    pending_isr: Option<Vec<NodeId>>,
     followers: Vec<FollowerProgress>,
     /// Replicas the metadata image says may not join the ISR now (fenced or unregistered
     /// brokers, KIP-841): the leader does not propose them, as the controller would refuse.
-    ineligible: Vec<i32>,
-    local_leo: i64,
-    hw: i64,
+    ineligible: Vec<NodeId>,
+    local_leo: Offset,
+    hw: Offset,
     lag_time_max_ms: u64,
 }
 
@@ -86,14 +87,14 @@ impl LeaderState {
     /// HW waits for them.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        local: i32,
-        leader_epoch: i32,
+        local: NodeId,
+        leader_epoch: LeaderEpoch,
         partition_epoch: i32,
-        replicas: Vec<i32>,
-        isr: Vec<i32>,
-        local_leo: i64,
-        hw: i64,
-        leader_epoch_start_offset: i64,
+        replicas: Vec<NodeId>,
+        isr: Vec<NodeId>,
+        local_leo: Offset,
+        hw: Offset,
+        leader_epoch_start_offset: Offset,
         now_ms: u64,
         lag_time_max_ms: u64,
     ) -> Self {
@@ -127,21 +128,21 @@ impl LeaderState {
         }
     }
 
-    pub fn high_watermark(&self) -> i64 {
+    pub fn high_watermark(&self) -> Offset {
         self.hw
     }
 
     /// All assigned replicas (AR), the leader included.
-    pub fn replicas(&self) -> &[i32] {
+    pub fn replicas(&self) -> &[NodeId] {
         &self.replicas
     }
 
     /// The ISR the controller committed.
-    pub fn isr(&self) -> &[i32] {
+    pub fn isr(&self) -> &[NodeId] {
         &self.isr
     }
 
-    pub fn leader_epoch(&self) -> i32 {
+    pub fn leader_epoch(&self) -> LeaderEpoch {
         self.leader_epoch
     }
 
@@ -149,7 +150,7 @@ impl LeaderState {
         self.partition_epoch
     }
 
-    pub fn local_leo(&self) -> i64 {
+    pub fn local_leo(&self) -> Offset {
         self.local_leo
     }
 
@@ -160,7 +161,7 @@ impl LeaderState {
 
     /// The follower's LEO as the leader knows it (-1 before its first fetch in this epoch);
     /// `None` for a replica that is not a follower of this partition.
-    pub fn follower_leo(&self, replica: i32) -> Option<i64> {
+    pub fn follower_leo(&self, replica: NodeId) -> Option<Offset> {
         self.followers
             .iter()
             .find(|f| f.replica == replica)
@@ -176,7 +177,7 @@ impl LeaderState {
 
     /// The leader's own log end advanced (an append, durable or not yet: see the module
     /// documentation).
-    pub fn handle_local_leo(&mut self, leo: i64, _now_ms: u64) -> Vec<LeaderCommand> {
+    pub fn handle_local_leo(&mut self, leo: Offset, _now_ms: u64) -> Vec<LeaderCommand> {
         assert!(
             leo >= self.local_leo,
             "leader LEO went back from {} to {leo}",
@@ -192,9 +193,9 @@ impl LeaderState {
     /// `Ok` the shard serves the fetch, with the HW as it is after these commands.
     pub fn handle_follower_fetch(
         &mut self,
-        replica: i32,
-        fetch_offset: i64,
-        current_leader_epoch: i32,
+        replica: NodeId,
+        fetch_offset: Offset,
+        current_leader_epoch: LeaderEpoch,
         now_ms: u64,
     ) -> Result<Vec<LeaderCommand>, ReplicaError> {
         if current_leader_epoch < self.leader_epoch {
@@ -203,7 +204,7 @@ impl LeaderState {
         if current_leader_epoch > self.leader_epoch {
             return Err(ReplicaError::UnknownLeaderEpoch);
         }
-        if fetch_offset < 0 || fetch_offset > self.local_leo {
+        if fetch_offset < Offset::ZERO || fetch_offset > self.local_leo {
             // The shard checks the log start offset; the end is ours to check.
             return Err(ReplicaError::OffsetOutOfRange);
         }
@@ -235,14 +236,14 @@ impl LeaderState {
         if self.pending_isr.is_some() {
             return commands;
         }
-        let out_of_sync: Vec<i32> = self
+        let out_of_sync: Vec<NodeId> = self
             .isr
             .iter()
             .copied()
             .filter(|&r| r != self.local && !self.caught_up(r, now_ms))
             .collect();
         if !out_of_sync.is_empty() {
-            let new_isr: Vec<i32> = self
+            let new_isr: Vec<NodeId> = self
                 .isr
                 .iter()
                 .copied()
@@ -259,8 +260,8 @@ impl LeaderState {
     /// removed one stops counting. Stale images (an older partition epoch) are ignored.
     pub fn handle_partition_change(
         &mut self,
-        replicas: Vec<i32>,
-        isr: Vec<i32>,
+        replicas: Vec<NodeId>,
+        isr: Vec<NodeId>,
         partition_epoch: i32,
     ) -> Vec<LeaderCommand> {
         if partition_epoch < self.partition_epoch {
@@ -284,7 +285,7 @@ impl LeaderState {
     /// leader epoch). Stale images (an older partition epoch) are ignored.
     pub fn handle_isr_committed(
         &mut self,
-        isr: Vec<i32>,
+        isr: Vec<NodeId>,
         partition_epoch: i32,
     ) -> Vec<LeaderCommand> {
         let mut commands = Vec::new();
@@ -324,12 +325,12 @@ impl LeaderState {
     /// The replicas the latest metadata image makes ineligible for the ISR (Kafka's
     /// `isReplicaIsrEligible`). Without this a leader would propose a fenced follower again on
     /// every fetch, each proposal refused with INELIGIBLE_REPLICA.
-    pub fn set_ineligible(&mut self, replicas: Vec<i32>) {
+    pub fn set_ineligible(&mut self, replicas: Vec<NodeId>) {
         self.ineligible = replicas;
     }
 
     /// Kafka's `isCaughtUp`: at the leader's end now, or caught up within the lag time.
-    fn caught_up(&self, replica: i32, now_ms: u64) -> bool {
+    fn caught_up(&self, replica: NodeId, now_ms: u64) -> bool {
         self.followers
             .iter()
             .find(|f| f.replica == replica)
@@ -339,7 +340,7 @@ impl LeaderState {
             })
     }
 
-    fn maybe_expand_isr(&mut self, replica: i32, commands: &mut Vec<LeaderCommand>) {
+    fn maybe_expand_isr(&mut self, replica: NodeId, commands: &mut Vec<LeaderCommand>) {
         if self.pending_isr.is_some()
             || self.isr.contains(&replica)
             || self.ineligible.contains(&replica)
@@ -356,7 +357,7 @@ impl LeaderState {
         }
     }
 
-    fn propose(&mut self, new_isr: Vec<i32>, commands: &mut Vec<LeaderCommand>) {
+    fn propose(&mut self, new_isr: Vec<NodeId>, commands: &mut Vec<LeaderCommand>) {
         debug_assert!(new_isr.contains(&self.local));
         commands.push(LeaderCommand::AlterIsr {
             new_isr: new_isr.clone(),
@@ -367,7 +368,7 @@ impl LeaderState {
     }
 
     /// Members of the committed ISR and of the proposal in flight.
-    fn maximal_isr_contains(&self, replica: i32) -> bool {
+    fn maximal_isr_contains(&self, replica: NodeId) -> bool {
         self.isr.contains(&replica)
             || self
                 .pending_isr
@@ -394,9 +395,41 @@ impl LeaderState {
 mod tests {
     use super::*;
 
+    fn nodes(ids: &[i32]) -> Vec<NodeId> {
+        NodeId::from_wire_list(ids)
+    }
+
+    /// `LeaderState::new` with the ids and offsets as plain numbers.
+    #[allow(clippy::too_many_arguments)]
+    fn state(
+        local: i32,
+        epoch: i32,
+        partition_epoch: i32,
+        replicas: &[i32],
+        isr: &[i32],
+        leo: i64,
+        hw: i64,
+        epoch_start: i64,
+        now_ms: u64,
+        lag_ms: u64,
+    ) -> LeaderState {
+        LeaderState::new(
+            NodeId(local),
+            LeaderEpoch(epoch),
+            partition_epoch,
+            nodes(replicas),
+            nodes(isr),
+            Offset(leo),
+            Offset(hw),
+            Offset(epoch_start),
+            now_ms,
+            lag_ms,
+        )
+    }
+
     fn leader(isr: Vec<i32>) -> LeaderState {
         // Broker 1 leads epoch 5 over replicas 1,2,3; its log ends at 10, HW 10.
-        LeaderState::new(1, 5, 7, vec![1, 2, 3], isr, 10, 10, 10, 0, 100)
+        state(1, 5, 7, &[1, 2, 3], &isr, 10, 10, 10, 0, 100)
     }
 
     /// HW is the minimum LEO over the ISR, the leader included, in a table of fetches.
@@ -411,15 +444,22 @@ mod tests {
         ];
         let mut l = leader(vec![1, 2, 3]);
         for (local, f2, f3, hw) in table {
-            l.handle_local_leo(local, 1);
-            l.handle_follower_fetch(2, f2, 5, 1).expect("fetch");
-            l.handle_follower_fetch(3, f3, 5, 1).expect("fetch");
-            assert_eq!(l.high_watermark(), hw, "local {local} f2 {f2} f3 {f3}");
+            l.handle_local_leo(Offset(local), 1);
+            l.handle_follower_fetch(NodeId(2), Offset(f2), LeaderEpoch(5), 1)
+                .expect("fetch");
+            l.handle_follower_fetch(NodeId(3), Offset(f3), LeaderEpoch(5), 1)
+                .expect("fetch");
+            assert_eq!(
+                l.high_watermark(),
+                Offset(hw),
+                "local {local} f2 {f2} f3 {f3}"
+            );
         }
         // A reordered older fetch never lowers a LEO nor the HW.
-        l.handle_follower_fetch(2, 12, 5, 2).expect("fetch");
-        assert_eq!(l.follower_leo(2), Some(30));
-        assert_eq!(l.high_watermark(), 30);
+        l.handle_follower_fetch(NodeId(2), Offset(12), LeaderEpoch(5), 2)
+            .expect("fetch");
+        assert_eq!(l.follower_leo(NodeId(2)), Some(Offset(30)));
+        assert_eq!(l.high_watermark(), Offset(30));
     }
 
     /// The HW waits for an ISR member that has not fetched yet in this epoch, and ignores a
@@ -427,12 +467,15 @@ mod tests {
     #[test]
     fn hw_waits_for_isr_only() {
         let mut l = leader(vec![1, 2]);
-        assert_eq!(l.handle_local_leo(20, 1), vec![]);
+        assert_eq!(l.handle_local_leo(Offset(20), 1), vec![]);
         // Replica 3 is out of sync and far behind: it must not hold the HW back.
-        l.handle_follower_fetch(3, 0, 5, 1).expect("fetch");
-        assert_eq!(l.high_watermark(), 10);
-        let cmds = l.handle_follower_fetch(2, 20, 5, 1).expect("fetch");
-        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
+        l.handle_follower_fetch(NodeId(3), Offset(0), LeaderEpoch(5), 1)
+            .expect("fetch");
+        assert_eq!(l.high_watermark(), Offset(10));
+        let cmds = l
+            .handle_follower_fetch(NodeId(2), Offset(20), LeaderEpoch(5), 1)
+            .expect("fetch");
+        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(Offset(20))]);
     }
 
     /// A replica added by a reassignment is tracked from its first fetch and proposed for
@@ -441,28 +484,34 @@ mod tests {
     fn reassignment_adds_and_removes_followers() {
         let mut l = leader(vec![1, 2, 3]);
         assert_eq!(
-            l.handle_follower_fetch(4, 0, 5, 1),
+            l.handle_follower_fetch(NodeId(4), Offset(0), LeaderEpoch(5), 1),
             Err(ReplicaError::NotLeaderOrFollower)
         );
-        l.handle_partition_change(vec![1, 2, 3, 4], vec![1, 2, 3], 8);
-        l.handle_follower_fetch(2, 10, 5, 1).expect("fetch");
-        l.handle_follower_fetch(3, 10, 5, 1).expect("fetch");
+        l.handle_partition_change(nodes(&[1, 2, 3, 4]), nodes(&[1, 2, 3]), 8);
+        l.handle_follower_fetch(NodeId(2), Offset(10), LeaderEpoch(5), 1)
+            .expect("fetch");
+        l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 1)
+            .expect("fetch");
         assert!(!l.alter_pending());
-        let cmds = l.handle_follower_fetch(4, 10, 5, 2).expect("fetch");
+        let cmds = l
+            .handle_follower_fetch(NodeId(4), Offset(10), LeaderEpoch(5), 2)
+            .expect("fetch");
         assert!(cmds.contains(&LeaderCommand::AlterIsr {
-            new_isr: vec![1, 2, 3, 4],
-            leader_epoch: 5,
+            new_isr: nodes(&[1, 2, 3, 4]),
+            leader_epoch: LeaderEpoch(5),
             partition_epoch: 8,
         }));
-        l.handle_isr_committed(vec![1, 2, 3, 4], 9);
+        l.handle_isr_committed(nodes(&[1, 2, 3, 4]), 9);
         // Replica 3 leaves the assignment: it no longer holds the HW back.
-        l.handle_partition_change(vec![1, 2, 4], vec![1, 2, 4], 10);
-        l.handle_local_leo(20, 3);
-        l.handle_follower_fetch(2, 20, 5, 3).expect("fetch");
-        l.handle_follower_fetch(4, 20, 5, 3).expect("fetch");
-        assert_eq!(l.high_watermark(), 20);
+        l.handle_partition_change(nodes(&[1, 2, 4]), nodes(&[1, 2, 4]), 10);
+        l.handle_local_leo(Offset(20), 3);
+        l.handle_follower_fetch(NodeId(2), Offset(20), LeaderEpoch(5), 3)
+            .expect("fetch");
+        l.handle_follower_fetch(NodeId(4), Offset(20), LeaderEpoch(5), 3)
+            .expect("fetch");
+        assert_eq!(l.high_watermark(), Offset(20));
         assert_eq!(
-            l.handle_follower_fetch(3, 10, 5, 3),
+            l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 3),
             Err(ReplicaError::NotLeaderOrFollower)
         );
     }
@@ -472,14 +521,18 @@ mod tests {
     #[test]
     fn ineligible_follower_is_not_proposed() {
         let mut l = leader(vec![1, 2]);
-        l.set_ineligible(vec![3]);
-        let cmds = l.handle_follower_fetch(3, 10, 5, 1).expect("fetch");
+        l.set_ineligible(nodes(&[3]));
+        let cmds = l
+            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 1)
+            .expect("fetch");
         assert!(!l.alter_pending(), "proposed a fenced replica: {cmds:?}");
         l.set_ineligible(Vec::new());
-        let cmds = l.handle_follower_fetch(3, 10, 5, 2).expect("fetch");
+        let cmds = l
+            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 2)
+            .expect("fetch");
         assert!(cmds.contains(&LeaderCommand::AlterIsr {
-            new_isr: vec![1, 2, 3],
-            leader_epoch: 5,
+            new_isr: nodes(&[1, 2, 3]),
+            leader_epoch: LeaderEpoch(5),
             partition_epoch: 7,
         }));
     }
@@ -489,16 +542,19 @@ mod tests {
     #[test]
     fn shrink_after_lag_time() {
         let mut l = leader(vec![1, 2, 3]);
-        l.handle_follower_fetch(2, 10, 5, 0).expect("fetch");
-        l.handle_follower_fetch(3, 10, 5, 0).expect("fetch");
-        l.handle_local_leo(20, 10);
+        l.handle_follower_fetch(NodeId(2), Offset(10), LeaderEpoch(5), 0)
+            .expect("fetch");
+        l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 0)
+            .expect("fetch");
+        l.handle_local_leo(Offset(20), 10);
         // Follower 2 keeps up; follower 3 stops fetching.
         for t in (20..=200).step_by(20) {
-            l.handle_follower_fetch(2, 20, 5, t).expect("fetch");
+            l.handle_follower_fetch(NodeId(2), Offset(20), LeaderEpoch(5), t)
+                .expect("fetch");
         }
         assert_eq!(
             l.high_watermark(),
-            10,
+            Offset(10),
             "follower 3 still in ISR holds the HW"
         );
         assert_eq!(l.handle_tick(100), vec![], "within the lag time");
@@ -506,43 +562,56 @@ mod tests {
         assert_eq!(
             cmds,
             vec![LeaderCommand::AlterIsr {
-                new_isr: vec![1, 2],
-                leader_epoch: 5,
+                new_isr: nodes(&[1, 2]),
+                leader_epoch: LeaderEpoch(5),
                 partition_epoch: 7
             }]
         );
         // While the shrink is pending the HW still counts follower 3 (maximal ISR).
         assert_eq!(l.handle_tick(160), vec![], "one AlterIsr in flight");
-        assert_eq!(l.high_watermark(), 10);
-        let cmds = l.handle_isr_committed(vec![1, 2], 8);
-        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(20)]);
-        assert_eq!(l.isr(), &[1, 2]);
+        assert_eq!(l.high_watermark(), Offset(10));
+        let cmds = l.handle_isr_committed(nodes(&[1, 2]), 8);
+        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(Offset(20))]);
+        assert_eq!(l.isr(), nodes(&[1, 2]));
     }
 
     /// An out-of-sync follower rejoins once it reaches the HW and the epoch start; while the
     /// expansion is pending it already counts toward the HW.
     #[test]
     fn expand_when_caught_up() {
-        let mut l = LeaderState::new(1, 5, 7, vec![1, 2, 3], vec![1, 2], 10, 8, 10, 0, 100);
-        l.handle_follower_fetch(2, 10, 5, 0).expect("fetch");
-        assert_eq!(l.high_watermark(), 10);
+        let mut l = state(1, 5, 7, &[1, 2, 3], &[1, 2], 10, 8, 10, 0, 100);
+        l.handle_follower_fetch(NodeId(2), Offset(10), LeaderEpoch(5), 0)
+            .expect("fetch");
+        assert_eq!(l.high_watermark(), Offset(10));
         // At the HW but before the epoch start would also be refused; here LEO 9 < HW 10.
-        assert_eq!(l.handle_follower_fetch(3, 9, 5, 1).expect("fetch"), vec![]);
-        let cmds = l.handle_follower_fetch(3, 10, 5, 2).expect("fetch");
+        assert_eq!(
+            l.handle_follower_fetch(NodeId(3), Offset(9), LeaderEpoch(5), 1)
+                .expect("fetch"),
+            vec![]
+        );
+        let cmds = l
+            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 2)
+            .expect("fetch");
         assert_eq!(
             cmds,
             vec![LeaderCommand::AlterIsr {
-                new_isr: vec![1, 2, 3],
-                leader_epoch: 5,
+                new_isr: nodes(&[1, 2, 3]),
+                leader_epoch: LeaderEpoch(5),
                 partition_epoch: 7
             }]
         );
-        l.handle_local_leo(15, 3);
-        l.handle_follower_fetch(2, 15, 5, 4).expect("fetch");
-        assert_eq!(l.high_watermark(), 10, "pending member 3 holds the HW");
-        l.handle_follower_fetch(3, 15, 5, 5).expect("fetch");
-        assert_eq!(l.high_watermark(), 15);
-        l.handle_isr_committed(vec![1, 2, 3], 8);
+        l.handle_local_leo(Offset(15), 3);
+        l.handle_follower_fetch(NodeId(2), Offset(15), LeaderEpoch(5), 4)
+            .expect("fetch");
+        assert_eq!(
+            l.high_watermark(),
+            Offset(10),
+            "pending member 3 holds the HW"
+        );
+        l.handle_follower_fetch(NodeId(3), Offset(15), LeaderEpoch(5), 5)
+            .expect("fetch");
+        assert_eq!(l.high_watermark(), Offset(15));
+        l.handle_isr_committed(nodes(&[1, 2, 3]), 8);
         assert!(l.acks_all_allowed(3));
     }
 
@@ -550,8 +619,12 @@ mod tests {
     /// (lagging) HW: that follower may miss records the previous leader committed.
     #[test]
     fn expansion_needs_epoch_start() {
-        let mut l = LeaderState::new(1, 5, 7, vec![1, 2, 3], vec![1, 2], 10, 6, 10, 0, 100);
-        assert_eq!(l.handle_follower_fetch(3, 8, 5, 1).expect("fetch"), vec![]);
+        let mut l = state(1, 5, 7, &[1, 2, 3], &[1, 2], 10, 6, 10, 0, 100);
+        assert_eq!(
+            l.handle_follower_fetch(NodeId(3), Offset(8), LeaderEpoch(5), 1)
+                .expect("fetch"),
+            vec![]
+        );
         assert!(!l.alter_pending());
     }
 
@@ -569,12 +642,13 @@ mod tests {
         ];
         let mut l = leader(vec![1, 2, 3]);
         for (leo, offset, t, expected) in table {
-            l.handle_local_leo(leo, t);
-            l.handle_follower_fetch(2, offset, 5, t).expect("fetch");
+            l.handle_local_leo(Offset(leo), t);
+            l.handle_follower_fetch(NodeId(2), Offset(offset), LeaderEpoch(5), t)
+                .expect("fetch");
             let f = l
                 .followers
                 .iter()
-                .find(|f| f.replica == 2)
+                .find(|f| f.replica == NodeId(2))
                 .expect("follower");
             assert_eq!(f.last_caught_up_ms, expected, "fetch {offset} at {t}");
         }
@@ -585,20 +659,27 @@ mod tests {
     #[test]
     fn alter_failed_and_stale_images() {
         let mut l = leader(vec![1, 2]);
-        let propose = l.handle_follower_fetch(3, 10, 5, 1).expect("fetch");
+        let propose = l
+            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 1)
+            .expect("fetch");
         assert_eq!(propose.len(), 1);
         assert!(l.alter_pending());
-        assert_eq!(l.handle_isr_committed(vec![1, 2], 7), vec![]);
+        assert_eq!(l.handle_isr_committed(nodes(&[1, 2]), 7), vec![]);
         assert!(
             l.alter_pending(),
             "a repeat of the committed image keeps the proposal"
         );
-        assert_eq!(l.handle_isr_committed(vec![1], 6), vec![]);
-        assert_eq!(l.isr(), &[1, 2], "an older partition epoch is ignored");
+        assert_eq!(l.handle_isr_committed(nodes(&[1]), 6), vec![]);
+        assert_eq!(
+            l.isr(),
+            nodes(&[1, 2]),
+            "an older partition epoch is ignored"
+        );
         l.handle_alter_failed();
         assert!(!l.alter_pending());
         assert_eq!(
-            l.handle_follower_fetch(3, 10, 5, 2).expect("fetch"),
+            l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 2)
+                .expect("fetch"),
             propose
         );
     }
@@ -608,19 +689,19 @@ mod tests {
     fn fetch_validation() {
         let mut l = leader(vec![1, 2, 3]);
         assert_eq!(
-            l.handle_follower_fetch(9, 0, 5, 0),
+            l.handle_follower_fetch(NodeId(9), Offset(0), LeaderEpoch(5), 0),
             Err(ReplicaError::NotLeaderOrFollower)
         );
         assert_eq!(
-            l.handle_follower_fetch(2, 0, 4, 0),
+            l.handle_follower_fetch(NodeId(2), Offset(0), LeaderEpoch(4), 0),
             Err(ReplicaError::FencedLeaderEpoch)
         );
         assert_eq!(
-            l.handle_follower_fetch(2, 0, 6, 0),
+            l.handle_follower_fetch(NodeId(2), Offset(0), LeaderEpoch(6), 0),
             Err(ReplicaError::UnknownLeaderEpoch)
         );
         assert_eq!(
-            l.handle_follower_fetch(2, 11, 5, 0),
+            l.handle_follower_fetch(NodeId(2), Offset(11), LeaderEpoch(5), 0),
             Err(ReplicaError::OffsetOutOfRange)
         );
     }

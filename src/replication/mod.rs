@@ -7,13 +7,17 @@
 //!   against the leader with OffsetForLeaderEpoch (KIP-101/KIP-279), truncate, fetch.
 //! - [`epoch_cache::EpochCache`]: the leader-epoch cache both of them rely on.
 //!
-//! Ids are plain Kafka types, consistent everywhere: a replica (broker) id is `i32`, an
-//! offset is `i64`, an epoch is `i32`, a time is `u64` milliseconds of a monotonic clock the
-//! caller passes in. Nothing here reads a clock or touches I/O, which is what lets `sim.rs`
-//! run the whole protocol deterministically.
+//! Ids are the newtypes of `protocol::ids`, so they cannot be mixed up: a replica (broker)
+//! id is a `NodeId`, an offset an `Offset`, a leader epoch a `LeaderEpoch`; the partition
+//! epoch (AlterPartition's version of the partition state) stays a plain `i32`, and a time is
+//! `u64` milliseconds of a monotonic clock the caller passes in. The shard converts at the
+//! storage and wire boundaries. Nothing here reads a clock or touches I/O, which is what lets
+//! `sim.rs` run the whole protocol deterministically.
 pub mod epoch_cache;
 pub mod follower;
 pub mod leader;
+
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 
 #[cfg(test)]
 mod sim;
@@ -25,13 +29,13 @@ pub enum LeaderCommand {
     /// consumers read below it, and complete `acks=all` produces whose last offset is below
     /// it (if the ISR still has `min.insync.replicas` members, else
     /// NOT_ENOUGH_REPLICAS_AFTER_APPEND, as Kafka does).
-    AdvanceHw(i64),
+    AdvanceHw(Offset),
     /// Send AlterPartition to the controller proposing `new_isr`. The answer comes back as
     /// `handle_isr_committed` (accepted, or a newer metadata image) or `handle_alter_failed`.
     /// At most one is in flight per partition.
     AlterIsr {
-        new_isr: Vec<i32>,
-        leader_epoch: i32,
+        new_isr: Vec<NodeId>,
+        leader_epoch: LeaderEpoch,
         partition_epoch: i32,
     },
 }
@@ -41,22 +45,22 @@ pub enum LeaderCommand {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FollowerCommand {
     /// Send OffsetForLeaderEpoch for `epoch` (with the current leader epoch) to the leader.
-    SendOffsetForLeaderEpoch { epoch: i32 },
+    SendOffsetForLeaderEpoch { epoch: LeaderEpoch },
     /// Cut the local log so it ends at `to` (and the epoch cache with it:
     /// `truncate_from_end(to)`); the local HW drops to at most `to`.
-    Truncate { to: i64 },
+    Truncate { to: Offset },
     /// Drop the whole local log and start it empty at `start` (the leader's log start is
     /// beyond our end, so nothing we hold can be kept).
-    TruncateFully { start: i64 },
+    TruncateFully { start: Offset },
     /// Send Fetch from `offset` with the current leader epoch. Append what comes back
     /// (recording each new batch epoch in the epoch cache), make it durable, then call
     /// `handle_fetch_response`.
-    Fetch { offset: i64 },
+    Fetch { offset: Offset },
     /// Ask the leader for its log start and end offsets (ListOffsets with the replica id),
     /// then call `handle_log_bounds`.
     SendListOffsets,
     /// The local high watermark moved to this offset.
-    AdvanceHw(i64),
+    AdvanceHw(Offset),
     /// This leader or epoch is stale: stop fetching and wait for the next metadata image,
     /// which will create a new `FollowerState` (or `LeaderState`).
     AwaitMetadata,

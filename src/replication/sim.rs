@@ -29,8 +29,9 @@ use super::epoch_cache::EpochCache;
 use super::follower::FollowerState;
 use super::leader::LeaderState;
 use super::{FollowerCommand, LeaderCommand, ReplicaError};
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 
-const CONTROLLER: i32 = -1;
+const CONTROLLER: NodeId = NodeId(-1);
 const STEP_MS: u64 = 5;
 const LAG_TIME_MAX_MS: u64 = 100;
 const REQUEST_TIMEOUT_MS: u64 = 60;
@@ -40,6 +41,11 @@ const NET_DELAY_MS_MAX: u64 = 30;
 const FAULT_STEPS: u64 = 300;
 const HEAL_STEPS: u64 = 400;
 const SEEDS: u64 = 500;
+
+/// The index of broker `id` in `Sim::nodes` (brokers are numbered from 0).
+fn idx(id: NodeId) -> usize {
+    id.get() as usize
+}
 
 /// splitmix64: tiny, fast, and good enough to pick faults.
 struct Rng(u64);
@@ -64,16 +70,16 @@ impl Rng {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Rec {
-    epoch: i32,
+    epoch: LeaderEpoch,
     value: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Meta {
-    leader: Option<i32>,
-    leader_epoch: i32,
+    leader: Option<NodeId>,
+    leader_epoch: LeaderEpoch,
     partition_epoch: i32,
-    isr: Vec<i32>,
+    isr: Vec<NodeId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,48 +94,48 @@ enum AlterAnswer {
 #[derive(Debug, Clone)]
 enum Payload {
     Fetch {
-        epoch: i32,
-        offset: i64,
+        epoch: LeaderEpoch,
+        offset: Offset,
     },
     FetchData {
-        epoch: i32,
-        offset: i64,
+        epoch: LeaderEpoch,
+        offset: Offset,
         records: Vec<Rec>,
-        hw: i64,
+        hw: Offset,
     },
     FetchError {
-        epoch: i32,
-        offset: i64,
+        epoch: LeaderEpoch,
+        offset: Offset,
         error: ReplicaError,
     },
     EpochQuery {
-        epoch: i32,
-        requested: i32,
+        epoch: LeaderEpoch,
+        requested: LeaderEpoch,
     },
     EpochAnswer {
-        epoch: i32,
-        requested: i32,
-        found: i32,
-        end: i64,
+        epoch: LeaderEpoch,
+        requested: LeaderEpoch,
+        found: LeaderEpoch,
+        end: Offset,
     },
     EpochError {
-        epoch: i32,
-        requested: i32,
+        epoch: LeaderEpoch,
+        requested: LeaderEpoch,
         error: ReplicaError,
     },
     ListOffsets {
-        epoch: i32,
+        epoch: LeaderEpoch,
     },
     LogBounds {
-        epoch: i32,
-        start: i64,
-        end: i64,
+        epoch: LeaderEpoch,
+        start: Offset,
+        end: Offset,
     },
     AlterIsr {
         id: u64,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         partition_epoch: i32,
-        isr: Vec<i32>,
+        isr: Vec<NodeId>,
     },
     AlterAnswer {
         id: u64,
@@ -150,8 +156,8 @@ impl Payload {
 struct Msg {
     deliver_at_ms: u64,
     seq: u64,
-    from: i32,
-    to: i32,
+    from: NodeId,
+    to: NodeId,
     payload: Payload,
 }
 
@@ -168,14 +174,14 @@ struct AlterInFlight {
 }
 
 struct Node {
-    id: i32,
+    id: NodeId,
     log: Vec<Rec>,
     cache: EpochCache,
-    hw: i64,
+    hw: Offset,
     up: bool,
     isolated: bool,
     role: Role,
-    seen_leader_epoch: i32,
+    seen_leader_epoch: LeaderEpoch,
     seen_partition_epoch: i32,
     /// False from a restart until the broker has caught up with the controller's metadata.
     caught_up: bool,
@@ -183,8 +189,8 @@ struct Node {
 }
 
 impl Node {
-    fn leo(&self) -> i64 {
-        self.log.len() as i64
+    fn leo(&self) -> Offset {
+        Offset(self.log.len() as i64)
     }
 }
 
@@ -196,18 +202,18 @@ struct Sim {
     min_isr: usize,
     /// Per-seed multiplier (1..=3) of crash, partition and drop rates: calm runs and storms.
     intensity: u64,
-    replicas: Vec<i32>,
+    replicas: Vec<NodeId>,
     nodes: Vec<Node>,
     meta: Meta,
-    alter_answers: HashMap<(i32, u64), (AlterAnswer, Meta)>,
+    alter_answers: HashMap<(NodeId, u64), (AlterAnswer, Meta)>,
     net: Vec<Msg>,
     seq: u64,
     next_alter_id: u64,
     next_value: u64,
     committed: Vec<Rec>,
-    pending_acks: Vec<(i32, i32, i64, Rec)>,
+    pending_acks: Vec<(NodeId, LeaderEpoch, Offset, Rec)>,
     acked: u64,
-    hw_by_epoch: HashMap<(i32, i32), i64>,
+    hw_by_epoch: HashMap<(NodeId, LeaderEpoch), Offset>,
     elections: u64,
     truncations: u64,
     /// `STRATA_SIM_TRACE=1` prints every protocol event of the run (use with one seed).
@@ -220,26 +226,26 @@ impl Sim {
         let n: i32 = if rng.permille(300) { 5 } else { 3 };
         let min_isr = if n == 5 { 3 } else { 2 };
         let intensity = 1 + rng.below(3);
-        let replicas: Vec<i32> = (0..n).collect();
+        let replicas: Vec<NodeId> = (0..n).map(NodeId).collect();
         let nodes = replicas
             .iter()
             .map(|&id| Node {
                 id,
                 log: Vec::new(),
                 cache: EpochCache::default(),
-                hw: 0,
+                hw: Offset::ZERO,
                 up: true,
                 isolated: false,
                 role: Role::Idle,
-                seen_leader_epoch: -1,
+                seen_leader_epoch: LeaderEpoch::UNDEFINED,
                 seen_partition_epoch: -1,
                 caught_up: true,
                 alter: None,
             })
             .collect();
         let meta = Meta {
-            leader: Some(0),
-            leader_epoch: 0,
+            leader: Some(NodeId(0)),
+            leader_epoch: LeaderEpoch(0),
             partition_epoch: 0,
             isr: replicas.clone(),
         };
@@ -280,18 +286,18 @@ impl Sim {
         }
     }
 
-    fn node(&mut self, id: i32) -> &mut Node {
-        &mut self.nodes[id as usize]
+    fn node(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[idx(id)]
     }
 
-    fn reachable(&self, id: i32) -> bool {
+    fn reachable(&self, id: NodeId) -> bool {
         id == CONTROLLER || {
-            let n = &self.nodes[id as usize];
+            let n = &self.nodes[idx(id)];
             n.up && !n.isolated
         }
     }
 
-    fn send(&mut self, from: i32, to: i32, payload: Payload) {
+    fn send(&mut self, from: NodeId, to: NodeId, payload: Payload) {
         if !self.reachable(from) || !self.reachable(to) {
             return;
         }
@@ -328,7 +334,7 @@ impl Sim {
         for i in 0..self.nodes.len() {
             self.nodes[i].isolated = false;
             if !self.nodes[i].up {
-                self.restart(i as i32);
+                self.restart(NodeId(i as i32));
             }
         }
         for _ in 0..HEAL_STEPS {
@@ -357,7 +363,7 @@ impl Sim {
     fn inject_faults(&mut self) {
         let n = self.nodes.len();
         for i in 0..n {
-            let id = i as i32;
+            let id = NodeId(i as i32);
             if self.nodes[i].up && self.rng.permille(4 * self.intensity) {
                 self.nodes[i].up = false;
                 self.trace(|| format!("crash {id}"));
@@ -380,11 +386,11 @@ impl Sim {
     /// metadata log before it acts. Resuming leadership from the metadata it had before the
     /// crash would be unsafe: the AlterIsr it had in flight died with the process, so its
     /// ISR could miss a follower the controller had already added.
-    fn restart(&mut self, id: i32) {
+    fn restart(&mut self, id: NodeId) {
         let node = self.node(id);
         node.up = true;
         node.role = Role::Idle;
-        node.seen_leader_epoch = -1;
+        node.seen_leader_epoch = LeaderEpoch::UNDEFINED;
         node.seen_partition_epoch = -1;
         node.alter = None;
         node.caught_up = false;
@@ -394,7 +400,7 @@ impl Sim {
         let leader_ok = self.meta.leader.is_some_and(|l| self.reachable(l));
         if !leader_ok {
             let failed = self.meta.leader;
-            let candidates: Vec<i32> = self
+            let candidates: Vec<NodeId> = self
                 .meta
                 .isr
                 .iter()
@@ -405,7 +411,7 @@ impl Sim {
                 if failed.is_some() {
                     // Offline: no live ISR member; never elect outside the ISR.
                     self.meta.leader = None;
-                    self.meta.leader_epoch += 1;
+                    self.meta.leader_epoch = self.meta.leader_epoch.next();
                     self.meta.partition_epoch += 1;
                     self.broadcast_metadata();
                 }
@@ -415,7 +421,7 @@ impl Sim {
                     self.meta.isr.retain(|&r| r != f);
                 }
                 self.meta.leader = Some(pick);
-                self.meta.leader_epoch += 1;
+                self.meta.leader_epoch = self.meta.leader_epoch.next();
                 self.meta.partition_epoch += 1;
                 self.elections += 1;
                 self.trace(|| format!("controller elects {:?}", self.meta));
@@ -452,12 +458,13 @@ impl Sim {
             epoch: leader.leader_epoch(),
             value,
         };
-        let offset = node.log.len() as i64;
+        let offset = Offset(node.log.len() as i64);
         node.log.push(rec);
-        let commands = leader.handle_local_leo(offset + 1, self.now_ms);
+        let commands = leader.handle_local_leo(offset.next(), self.now_ms);
         let epoch = rec.epoch;
-        self.pending_acks.push((i as i32, epoch, offset, rec));
-        self.leader_commands(i as i32, commands);
+        let id = NodeId(i as i32);
+        self.pending_acks.push((id, epoch, offset, rec));
+        self.leader_commands(id, commands);
     }
 
     fn deliver(&mut self) {
@@ -484,7 +491,7 @@ impl Sim {
         }
     }
 
-    fn controller_receive(&mut self, from: i32, payload: Payload) {
+    fn controller_receive(&mut self, from: NodeId, payload: Payload) {
         let Payload::AlterIsr {
             id,
             leader_epoch,
@@ -526,11 +533,11 @@ impl Sim {
         }
     }
 
-    fn node_receive(&mut self, to: i32, from: i32, payload: Payload) {
+    fn node_receive(&mut self, to: NodeId, from: NodeId, payload: Payload) {
         match payload {
             // Until it has caught up, a restarted broker ignores pushed metadata: it may be
             // older than what the broker knew before the crash.
-            Payload::Metadata(meta) if self.nodes[to as usize].caught_up => {
+            Payload::Metadata(meta) if self.nodes[idx(to)].caught_up => {
                 self.apply_metadata(to, meta)
             }
             Payload::Metadata(_) => {}
@@ -550,7 +557,7 @@ impl Sim {
             }
             Payload::Fetch { epoch, offset } => self.serve_fetch(to, from, epoch, offset),
             Payload::EpochQuery { epoch, requested } => {
-                let node = &self.nodes[to as usize];
+                let node = &self.nodes[idx(to)];
                 let reply = match &node.role {
                     Role::Leader(l) if l.leader_epoch() == epoch => {
                         let (found, end) = node.cache.end_offset_for(requested, node.leo());
@@ -570,7 +577,7 @@ impl Sim {
                 self.send(to, from, reply);
             }
             Payload::ListOffsets { epoch } => {
-                let node = &self.nodes[to as usize];
+                let node = &self.nodes[idx(to)];
                 if matches!(&node.role, Role::Leader(l) if l.leader_epoch() == epoch) {
                     let end = node.leo();
                     self.send(
@@ -578,7 +585,7 @@ impl Sim {
                         from,
                         Payload::LogBounds {
                             epoch,
-                            start: 0,
+                            start: Offset::ZERO,
                             end,
                         },
                     );
@@ -601,18 +608,18 @@ impl Sim {
                 if state.expected_fetch_offset() != Some(offset) {
                     return;
                 }
-                if offset != node.log.len() as i64 {
+                if offset != Offset(node.log.len() as i64) {
                     let leo = node.log.len();
                     self.fail(format!(
                         "node {to} expects a fetch at {offset} but its log ends at {leo}"
                     ));
                 }
                 for rec in records {
-                    let at = node.log.len() as i64;
+                    let at = Offset(node.log.len() as i64);
                     node.cache.assign(rec.epoch, at);
                     node.log.push(rec);
                 }
-                let leo = node.log.len() as i64;
+                let leo = Offset(node.log.len() as i64);
                 let commands = state.handle_fetch_response(offset, leo, hw);
                 self.follower_commands(to, commands);
             }
@@ -671,14 +678,14 @@ impl Sim {
         }
     }
 
-    fn is_follower_of(&self, id: i32, leader: i32, epoch: i32) -> bool {
-        matches!(&self.nodes[id as usize].role,
+    fn is_follower_of(&self, id: NodeId, leader: NodeId, epoch: LeaderEpoch) -> bool {
+        matches!(&self.nodes[idx(id)].role,
             Role::Follower { state, .. } if state.leader() == leader && state.leader_epoch() == epoch)
     }
 
     /// The error a broker that does not lead `epoch` answers with.
-    fn epoch_error(&self, id: i32, epoch: i32) -> ReplicaError {
-        let seen = self.nodes[id as usize].seen_leader_epoch;
+    fn epoch_error(&self, id: NodeId, epoch: LeaderEpoch) -> ReplicaError {
+        let seen = self.nodes[idx(id)].seen_leader_epoch;
         if epoch < seen {
             ReplicaError::FencedLeaderEpoch
         } else if epoch > seen {
@@ -688,9 +695,9 @@ impl Sim {
         }
     }
 
-    fn serve_fetch(&mut self, to: i32, from: i32, epoch: i32, offset: i64) {
+    fn serve_fetch(&mut self, to: NodeId, from: NodeId, epoch: LeaderEpoch, offset: Offset) {
         let now = self.now_ms;
-        let node = &mut self.nodes[to as usize];
+        let node = &mut self.nodes[idx(to)];
         let result = match &mut node.role {
             Role::Leader(l) => l.handle_follower_fetch(from, offset, epoch, now),
             _ => Err(ReplicaError::NotLeaderOrFollower),
@@ -698,11 +705,11 @@ impl Sim {
         match result {
             Ok(commands) => {
                 self.leader_commands(to, commands);
-                let node = &self.nodes[to as usize];
+                let node = &self.nodes[idx(to)];
                 let Role::Leader(l) = &node.role else {
                     return;
                 };
-                let start = offset as usize;
+                let start = offset.get() as usize;
                 let end = (start + FETCH_RECORDS_MAX).min(node.log.len());
                 let records = node.log[start..end].to_vec();
                 let hw = l.high_watermark();
@@ -741,9 +748,9 @@ impl Sim {
         }
     }
 
-    fn apply_metadata(&mut self, id: i32, meta: Meta) {
+    fn apply_metadata(&mut self, id: NodeId, meta: Meta) {
         self.trace(|| {
-            let n = &self.nodes[id as usize];
+            let n = &self.nodes[idx(id)];
             format!(
                 "node {id} (seen {}/{}, leo {}, hw {}) gets {meta:?}",
                 n.seen_leader_epoch,
@@ -800,12 +807,12 @@ impl Sim {
         }
     }
 
-    fn leader_commands(&mut self, id: i32, commands: Vec<LeaderCommand>) {
+    fn leader_commands(&mut self, id: NodeId, commands: Vec<LeaderCommand>) {
         for command in commands {
             self.trace(|| format!("leader {id}: {command:?}"));
             match command {
                 LeaderCommand::AdvanceHw(hw) => {
-                    let node = &mut self.nodes[id as usize];
+                    let node = &mut self.nodes[idx(id)];
                     let Role::Leader(l) = &node.role else {
                         continue;
                     };
@@ -816,7 +823,11 @@ impl Sim {
                     }
                     node.hw = hw;
                     let key = (id, epoch);
-                    let previous = self.hw_by_epoch.get(&key).copied().unwrap_or(i64::MIN);
+                    let previous = self
+                        .hw_by_epoch
+                        .get(&key)
+                        .copied()
+                        .unwrap_or(Offset(i64::MIN));
                     if hw < previous {
                         self.fail(format!(
                             "leader {id} epoch {epoch} HW went {previous} -> {hw}"
@@ -849,9 +860,9 @@ impl Sim {
     }
 
     /// Leader `id` passed `hw`: its records below agree with, or extend, the committed prefix.
-    fn commit(&mut self, id: i32, hw: i64) {
-        for offset in 0..hw as usize {
-            let rec = self.nodes[id as usize].log[offset];
+    fn commit(&mut self, id: NodeId, hw: Offset) {
+        for offset in 0..hw.get() as usize {
+            let rec = self.nodes[idx(id)].log[offset];
             match self.committed.get(offset) {
                 Some(&c) if c != rec => self.fail(format!(
                     "leader {id} commits {rec:?} at {offset} over committed {c:?}"
@@ -862,11 +873,11 @@ impl Sim {
         }
     }
 
-    fn follower_commands(&mut self, id: i32, commands: Vec<FollowerCommand>) {
+    fn follower_commands(&mut self, id: NodeId, commands: Vec<FollowerCommand>) {
         let now = self.now_ms;
         for command in commands {
             self.trace(|| format!("follower {id}: {command:?}"));
-            let node = &mut self.nodes[id as usize];
+            let node = &mut self.nodes[idx(id)];
             let Role::Follower { state, sent_ms } = &mut node.role else {
                 return;
             };
@@ -886,18 +897,18 @@ impl Sim {
                     self.send(id, leader, Payload::ListOffsets { epoch });
                 }
                 FollowerCommand::Truncate { to } => {
-                    node.log.truncate(to as usize);
+                    node.log.truncate(to.get() as usize);
                     node.cache.truncate_from_end(to);
                     node.hw = node.hw.min(to);
                     self.truncations += 1;
                 }
                 FollowerCommand::TruncateFully { start } => {
-                    if start != 0 {
+                    if start != Offset::ZERO {
                         self.fail(format!("node {id} truncates fully to {start}"));
                     }
                     node.log.clear();
                     node.cache = EpochCache::default();
-                    node.hw = 0;
+                    node.hw = Offset::ZERO;
                     self.truncations += 1;
                 }
                 FollowerCommand::AdvanceHw(hw) => {
@@ -914,7 +925,7 @@ impl Sim {
     fn tick_nodes(&mut self) {
         let now = self.now_ms;
         for i in 0..self.nodes.len() {
-            let id = i as i32;
+            let id = NodeId(i as i32);
             if !self.nodes[i].up {
                 continue;
             }
@@ -952,7 +963,7 @@ impl Sim {
     fn resolve_acks(&mut self) {
         let pending = std::mem::take(&mut self.pending_acks);
         for (id, epoch, offset, rec) in pending {
-            let node = &self.nodes[id as usize];
+            let node = &self.nodes[idx(id)];
             let leader = match &node.role {
                 Role::Leader(l) if node.up && l.leader_epoch() == epoch => l,
                 // Leadership lost: the producer gets an error and retries; not acked.
@@ -965,7 +976,7 @@ impl Sim {
             if !leader.acks_all_allowed(self.min_isr) {
                 continue; // NOT_ENOUGH_REPLICAS_AFTER_APPEND
             }
-            if self.committed.get(offset as usize) != Some(&rec) {
+            if self.committed.get(offset.get() as usize) != Some(&rec) {
                 self.fail(format!(
                     "acked {rec:?} at {offset} is not the committed record"
                 ));
@@ -980,7 +991,7 @@ impl Sim {
         let mut holders = self.meta.isr.clone();
         holders.extend(self.meta.leader);
         for &r in &holders {
-            let log = &self.nodes[r as usize].log;
+            let log = &self.nodes[idx(r)].log;
             if log.len() < committed_len || log[..committed_len] != self.committed[..] {
                 self.fail(format!(
                     "ISR member {r} lost committed data: log len {} committed {committed_len}",
@@ -990,7 +1001,7 @@ impl Sim {
         }
         for node in &self.nodes {
             // (d) agreement below each broker's own HW.
-            let hw = node.hw as usize;
+            let hw = node.hw.get() as usize;
             if hw > node.log.len() || hw > committed_len || node.log[..hw] != self.committed[..hw] {
                 self.fail(format!(
                     "node {} disagrees below its HW {hw} (log {}, committed {committed_len})",
@@ -1001,7 +1012,7 @@ impl Sim {
             if let Role::Leader(l) = &node.role {
                 // (b) HW within every ISR member's LEO; (c) monotonic in its epoch.
                 for &m in l.isr() {
-                    let leo = self.nodes[m as usize].leo();
+                    let leo = self.nodes[idx(m)].leo();
                     if l.high_watermark() > leo {
                         self.fail(format!(
                             "leader {} HW {} past ISR member {m}'s LEO {leo}",
@@ -1022,7 +1033,7 @@ impl Sim {
         let Some(leader) = self.meta.leader else {
             self.fail("no leader after healing".to_string());
         };
-        let reference = self.nodes[leader as usize].log.clone();
+        let reference = self.nodes[idx(leader)].log.clone();
         let mut isr = self.meta.isr.clone();
         isr.sort_unstable();
         if isr != self.replicas {
@@ -1036,7 +1047,7 @@ impl Sim {
             ));
         }
         for node in &self.nodes {
-            if node.log != reference || node.hw != reference.len() as i64 {
+            if node.log != reference || node.hw != Offset(reference.len() as i64) {
                 self.fail(format!(
                     "node {} did not converge: log {} hw {}, leader {leader} log {}",
                     node.id,

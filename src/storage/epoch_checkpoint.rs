@@ -19,6 +19,7 @@ use std::path::Path;
 
 use super::state_file::{self, read_raw};
 use super::Error;
+use crate::protocol::ids::{LeaderEpoch, Offset};
 use crate::replication::epoch_cache::{EpochCache, EpochEntry};
 
 pub(crate) const EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
@@ -62,13 +63,14 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<EpochCache, String> {
         };
         let epoch: i32 = epoch.parse().map_err(|e| format!("entry {i}: {e}"))?;
         let start_offset: i64 = start.parse().map_err(|e| format!("entry {i}: {e}"))?;
+        let (epoch, start_offset) = (LeaderEpoch(epoch), Offset(start_offset));
         if let Some(prev) = entries.last() {
             let prev: &EpochEntry = prev;
             if epoch <= prev.epoch || start_offset <= prev.start_offset {
                 return Err(format!("entry {i} does not increase"));
             }
         }
-        if epoch < 0 || start_offset < 0 {
+        if epoch < LeaderEpoch(0) || start_offset < Offset::ZERO {
             return Err(format!("entry {i} is negative"));
         }
         entries.push(EpochEntry {
@@ -106,12 +108,12 @@ mod tests {
     fn roundtrip_and_rejects_damage() {
         let cache = EpochCache::from_entries(vec![
             EpochEntry {
-                epoch: 0,
-                start_offset: 0,
+                epoch: LeaderEpoch(0),
+                start_offset: Offset(0),
             },
             EpochEntry {
-                epoch: 3,
-                start_offset: 120,
+                epoch: LeaderEpoch(3),
+                start_offset: Offset(120),
             },
         ]);
         let bytes = encode(&cache);

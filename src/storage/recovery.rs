@@ -40,6 +40,7 @@ use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
 use super::txn_index::{self, AbortedTxn};
 use super::{epoch_checkpoint, Error, LogConfig, READ_CHUNK_BYTES_MAX};
+use crate::protocol::ids::{LeaderEpoch, Offset};
 use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
 use crate::replication::epoch_cache::EpochCache;
 
@@ -130,8 +131,9 @@ pub(crate) async fn scan_epochs(
         )
         .await?;
         for (epoch, base) in changes {
+            let epoch = LeaderEpoch(epoch);
             if cache.latest().is_none_or(|l| l.epoch != epoch) {
-                cache.assign(epoch, base);
+                cache.assign(epoch, Offset(base));
             }
         }
     }

@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use super::file_io::{IoFuture, SegmentFile};
 use super::*;
 use crate::clock::{Clock, SystemClock};
+use crate::protocol::ids::{LeaderEpoch, Offset};
 use crate::protocol::record_batch::{
     patch_base_offset, patch_leader_epoch, validate, BatchHeader, BatchIter, BATCH_HEADER_LEN,
 };
@@ -970,8 +971,8 @@ fn entries(pairs: &[(i32, i64)]) -> Vec<EpochEntry> {
     pairs
         .iter()
         .map(|&(epoch, start_offset)| EpochEntry {
-            epoch,
-            start_offset,
+            epoch: LeaderEpoch(epoch),
+            start_offset: Offset(start_offset),
         })
         .collect()
 }

@@ -23,6 +23,7 @@ use super::Role;
 use crate::cluster::catalog::Catalog;
 use crate::limits::{FETCHER_BACKOFF_MS, METADATA_POLL_MS, PEER_REQUEST_TIMEOUT_MS};
 use crate::protocol::error::{error_from_code, ErrorCode};
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 use crate::replication::follower::FollowerState;
 use crate::replication::{FollowerCommand, ReplicaError};
 use crate::shard::peer::PeerConnection;
@@ -52,18 +53,20 @@ pub(super) fn code_to_replica_error(code: i16) -> ReplicaError {
 
 /// Starts a fetcher for every leader this shard follows and has none for.
 pub(super) fn start_fetchers(ctx: &Rc<ShardCtx>, catalog: &Catalog) {
-    let leaders: HashSet<i32> = ctx
+    let leaders: HashSet<NodeId> = ctx
         .replicas
         .roles
         .borrow()
         .values()
         .filter_map(|r| match r {
-            Role::Follower(f) if f.state.leader() >= 0 => Some(f.state.leader()),
+            Role::Follower(f) if f.state.leader().get() >= 0 => Some(f.state.leader()),
             _ => None,
         })
         .collect();
     for leader in leaders {
-        if leader == catalog.local_node || !ctx.replicas.fetchers.borrow_mut().insert(leader) {
+        if leader == NodeId(catalog.local_node)
+            || !ctx.replicas.fetchers.borrow_mut().insert(leader)
+        {
             continue;
         }
         let ctx2 = ctx.clone();
@@ -79,11 +82,11 @@ pub(super) fn start_fetchers(ctx: &Rc<ShardCtx>, catalog: &Catalog) {
 pub(super) struct Pending {
     tp: TopicPartition,
     cmd: FollowerCommand,
-    leader_epoch: i32,
+    leader_epoch: LeaderEpoch,
     partition: Rc<Partition>,
 }
 
-pub(super) fn pending_for(ctx: &ShardCtx, leader: i32) -> Vec<Pending> {
+pub(super) fn pending_for(ctx: &ShardCtx, leader: NodeId) -> Vec<Pending> {
     ctx.replicas
         .roles
         .borrow()
@@ -100,7 +103,7 @@ pub(super) fn pending_for(ctx: &ShardCtx, leader: i32) -> Vec<Pending> {
         .collect()
 }
 
-pub(super) fn follows(ctx: &ShardCtx, leader: i32) -> bool {
+pub(super) fn follows(ctx: &ShardCtx, leader: NodeId) -> bool {
     ctx.replicas
         .roles
         .borrow()
@@ -112,8 +115,8 @@ pub(super) fn follows(ctx: &ShardCtx, leader: i32) -> bool {
 pub(super) fn with_follower(
     ctx: &ShardCtx,
     tp: &TopicPartition,
-    leader: i32,
-    epoch: i32,
+    leader: NodeId,
+    epoch: LeaderEpoch,
     f: impl FnOnce(&mut FollowerState, &Partition) -> Vec<FollowerCommand>,
 ) -> Vec<FollowerCommand> {
     match ctx.replicas.roles.borrow_mut().get_mut(tp) {
@@ -129,8 +132,8 @@ pub(super) fn with_follower(
 pub(super) fn set_next(
     ctx: &ShardCtx,
     tp: &TopicPartition,
-    leader: i32,
-    epoch: i32,
+    leader: NodeId,
+    epoch: LeaderEpoch,
     next: Option<FollowerCommand>,
 ) {
     if let Some(Role::Follower(fr)) = ctx.replicas.roles.borrow_mut().get_mut(tp) {
@@ -155,16 +158,16 @@ pub(super) fn retry_stalled_followers(ctx: &Rc<ShardCtx>) {
         let Some(since) = fr.stalled_at_ms else {
             continue;
         };
-        if fr.state.leader() < 0 || now.saturating_sub(since) < FOLLOWER_RETRY_BACKOFF_MS {
+        if fr.state.leader().get() < 0 || now.saturating_sub(since) < FOLLOWER_RETRY_BACKOFF_MS {
             continue;
         }
         let p = &fr.partition;
         let (state, first) = FollowerState::new(
             fr.state.leader(),
             fr.state.leader_epoch(),
-            p.log_end_offset(),
-            p.high_watermark(),
-            p.latest_epoch(),
+            Offset(p.log_end_offset()),
+            Offset(p.high_watermark()),
+            p.latest_epoch().map(LeaderEpoch),
         );
         fr.state = state;
         fr.next = Some(first);
@@ -182,25 +185,25 @@ pub(super) async fn run_follower_commands(
     ctx: &Rc<ShardCtx>,
     tp: &TopicPartition,
     p: &Rc<Partition>,
-    leader: i32,
-    epoch: i32,
+    leader: NodeId,
+    epoch: LeaderEpoch,
     cmds: Vec<FollowerCommand>,
 ) {
     for cmd in cmds {
         match cmd {
             FollowerCommand::Truncate { to } => {
-                info!(topic = %tp.topic, partition = tp.partition, to, "truncating to the leader's history");
-                if let Err(e) = p.truncate_to(to).await {
+                info!(topic = %tp.topic, partition = tp.partition, %to, "truncating to the leader's history");
+                if let Err(e) = p.truncate_to(to.get()).await {
                     warn!(topic = %tp.topic, partition = tp.partition, "truncate: {e}");
                 }
             }
             FollowerCommand::TruncateFully { start } => {
-                info!(topic = %tp.topic, partition = tp.partition, start, "log behind the leader's start; starting over");
-                if let Err(e) = p.truncate_fully_and_start_at(start).await {
+                info!(topic = %tp.topic, partition = tp.partition, %start, "log behind the leader's start; starting over");
+                if let Err(e) = p.truncate_fully_and_start_at(start.get()).await {
                     warn!(topic = %tp.topic, partition = tp.partition, "truncate fully: {e}");
                 }
             }
-            FollowerCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end_offset())),
+            FollowerCommand::AdvanceHw(hw) => p.set_hw(hw.get().min(p.log_end_offset())),
             FollowerCommand::AwaitMetadata => set_next(ctx, tp, leader, epoch, None),
             request => set_next(ctx, tp, leader, epoch, Some(request)),
         }
@@ -209,14 +212,14 @@ pub(super) async fn run_follower_commands(
 
 /// One shard's fetcher for one leader: batches every partition this shard follows there
 /// into one OffsetForLeaderEpoch, ListOffsets or Fetch at a time.
-pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: i32) {
+pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
     let me = ctx.shared.config.node_id;
     let mut conn: Option<PeerConnection> = None;
     let backoff = Duration::from_millis(FETCHER_BACKOFF_MS);
-    info!(shard = ctx.id, leader, "replica fetcher started");
+    info!(shard = ctx.id, %leader, "replica fetcher started");
     loop {
         if ctx.shutting_down.get() || !follows(&ctx, leader) {
-            info!(shard = ctx.id, leader, "replica fetcher stopped");
+            info!(shard = ctx.id, %leader, "replica fetcher stopped");
             return;
         }
         let work = pending_for(&ctx, leader);
@@ -226,7 +229,7 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: i32) {
         }
         if conn.is_none() {
             let catalog = ctx.shared.catalog.load();
-            let Some(b) = catalog.brokers.get(&leader) else {
+            let Some(b) = catalog.brokers.get(&leader.get()) else {
                 glommio::timer::sleep(backoff).await;
                 continue;
             };
@@ -240,7 +243,7 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: i32) {
             {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    debug!(leader, "replica fetcher cannot connect: {e}");
+                    debug!(%leader, "replica fetcher cannot connect: {e}");
                     glommio::timer::sleep(backoff).await;
                     continue;
                 }
@@ -277,10 +280,10 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: i32) {
 pub(super) async fn send_epoch_requests(
     ctx: &Rc<ShardCtx>,
     conn: &mut PeerConnection,
-    leader: i32,
+    leader: NodeId,
     work: &[Pending],
 ) -> bool {
-    let asks: Vec<(&Pending, i32)> = work
+    let asks: Vec<(&Pending, LeaderEpoch)> = work
         .iter()
         .filter_map(|w| match w.cmd {
             FollowerCommand::SendOffsetForLeaderEpoch { epoch } => Some((w, epoch)),
@@ -291,8 +294,8 @@ pub(super) async fn send_epoch_requests(
     for (w, epoch) in &asks {
         let part = OffsetForLeaderPartition::default()
             .with_partition(w.tp.partition)
-            .with_current_leader_epoch(w.leader_epoch)
-            .with_leader_epoch(*epoch);
+            .with_current_leader_epoch(w.leader_epoch.get())
+            .with_leader_epoch(epoch.get());
         match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
             Some(t) => t.partitions.push(part),
             None => topics.push(
@@ -315,7 +318,7 @@ pub(super) async fn send_epoch_requests(
     {
         Ok(r) => r,
         Err(e) => {
-            debug!(leader, "OffsetForLeaderEpoch: {e}");
+            debug!(%leader, "OffsetForLeaderEpoch: {e}");
             return false;
         }
     };
@@ -339,9 +342,9 @@ pub(super) async fn send_epoch_requests(
             Some(a) => with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
                 s.handle_epoch_end(
                     epoch,
-                    a.leader_epoch,
-                    a.end_offset,
-                    p.log_end_offset(),
+                    LeaderEpoch(a.leader_epoch),
+                    Offset(a.end_offset),
+                    Offset(p.log_end_offset()),
                     &p.epoch_cache(),
                 )
             }),
@@ -354,14 +357,14 @@ pub(super) async fn send_epoch_requests(
 pub(super) async fn send_list_offsets(
     ctx: &Rc<ShardCtx>,
     conn: &mut PeerConnection,
-    leader: i32,
+    leader: NodeId,
     work: &[Pending],
 ) -> bool {
     for w in work
         .iter()
         .filter(|w| matches!(w.cmd, FollowerCommand::SendListOffsets))
     {
-        let mut bounds = [0i64; 2];
+        let mut bounds = [Offset::ZERO; 2];
         for (slot, ts) in bounds.iter_mut().zip([-2i64, -1]) {
             let req = ListOffsetsRequest::default()
                 .with_replica_id(BrokerId(ctx.shared.config.node_id))
@@ -369,7 +372,7 @@ pub(super) async fn send_list_offsets(
                     .with_name(TopicName(StrBytes::from_string(w.tp.topic.clone())))
                     .with_partitions(vec![ListOffsetsPartition::default()
                         .with_partition_index(w.tp.partition)
-                        .with_current_leader_epoch(w.leader_epoch)
+                        .with_current_leader_epoch(w.leader_epoch.get())
                         .with_timestamp(ts)])]);
             let resp = match conn
                 .call(
@@ -381,7 +384,7 @@ pub(super) async fn send_list_offsets(
             {
                 Ok(r) => r,
                 Err(e) => {
-                    debug!(leader, "ListOffsets: {e}");
+                    debug!(%leader, "ListOffsets: {e}");
                     return false;
                 }
             };
@@ -391,10 +394,10 @@ pub(super) async fn send_list_offsets(
             if p.error_code != 0 {
                 return false;
             }
-            *slot = p.offset;
+            *slot = Offset(p.offset);
         }
         let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
-            s.handle_log_bounds(bounds[0], bounds[1], p.log_end_offset())
+            s.handle_log_bounds(bounds[0], bounds[1], Offset(p.log_end_offset()))
         });
         run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
     }
@@ -404,11 +407,11 @@ pub(super) async fn send_list_offsets(
 pub(super) async fn send_fetch(
     ctx: &Rc<ShardCtx>,
     conn: &mut PeerConnection,
-    leader: i32,
+    leader: NodeId,
     work: &[Pending],
 ) -> bool {
     let config = &ctx.shared.config;
-    let fetches: Vec<(&Pending, i64)> = work
+    let fetches: Vec<(&Pending, Offset)> = work
         .iter()
         .filter_map(|w| match w.cmd {
             FollowerCommand::Fetch { offset } => Some((w, offset)),
@@ -419,8 +422,8 @@ pub(super) async fn send_fetch(
     for (w, offset) in &fetches {
         let part = FetchPartition::default()
             .with_partition(w.tp.partition)
-            .with_current_leader_epoch(w.leader_epoch)
-            .with_fetch_offset(*offset)
+            .with_current_leader_epoch(w.leader_epoch.get())
+            .with_fetch_offset(offset.get())
             .with_log_start_offset(w.partition.log_start_offset())
             .with_partition_max_bytes(config.replica_fetch_max_bytes);
         match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
@@ -444,14 +447,15 @@ pub(super) async fn send_fetch(
     let resp = match conn.call(&req, FETCH_VERSION, timeout).await {
         Ok(r) => r,
         Err(e) => {
-            debug!(leader, "replica Fetch: {e}");
+            debug!(%leader, "replica Fetch: {e}");
             return false;
         }
     };
     // Append every partition's records first, then wait for all their fsyncs at once: one
     // partition's fdatasync at a time made a follower of many partitions fall behind its
     // leader under load (each sync also waits on the shared journal).
-    let mut appended: Vec<(&Pending, i64, i64, i64)> = Vec::with_capacity(fetches.len());
+    // (what was asked, the fetch offset, the last offset appended or -1, the leader's HW)
+    let mut appended: Vec<(&Pending, Offset, i64, Offset)> = Vec::with_capacity(fetches.len());
     for (w, offset) in &fetches {
         let (w, offset) = (*w, *offset);
         let answer = resp
@@ -477,7 +481,7 @@ pub(super) async fn send_fetch(
         // or reordered answer must not be written.
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
         let mut last_offset = -1;
-        if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset {
+        if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset.get() {
             // Batches past an offset gap (the leader's log was cleaned) are accepted once the
             // gap bound covering them is durable.
             if let Err(e) = p.prepare_replica_append(&records).await {
@@ -497,7 +501,7 @@ pub(super) async fn send_fetch(
                 }
             }
         }
-        appended.push((w, offset, last_offset, a.high_watermark));
+        appended.push((w, offset, last_offset, Offset(a.high_watermark)));
         follow_log_start(&w.tp, p, a.log_start_offset).await;
     }
     // Followers report only what is durable: the HW the leader computes from our fetch
@@ -520,7 +524,7 @@ pub(super) async fn send_fetch(
             continue;
         }
         let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
-            s.handle_fetch_response(offset, p.log_end_offset(), hw)
+            s.handle_fetch_response(offset, Offset(p.log_end_offset()), hw)
         });
         run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
     }
@@ -535,8 +539,8 @@ pub(super) async fn send_fetch(
 async fn append_fetched(
     ctx: &Rc<ShardCtx>,
     w: &Pending,
-    leader: i32,
-    offset: i64,
+    leader: NodeId,
+    offset: Offset,
     records: Bytes,
 ) -> Result<ReplicaAppendOutcome, ReplicaAppendError> {
     let p = &w.partition;
@@ -544,7 +548,7 @@ async fn append_fetched(
     let deadline_ms =
         clock.monotonic_ms() + ctx.shared.config.replica_fetch_wait_max_ms.max(0) as u64;
     loop {
-        match p.append_replica(records.clone(), w.leader_epoch, clock.wall_ms()) {
+        match p.append_replica(records.clone(), w.leader_epoch.get(), clock.wall_ms()) {
             Err(ReplicaAppendError::Backpressure { .. }) if clock.monotonic_ms() < deadline_ms => {
                 let room = p.wait_for_staging_room(records.len());
                 if let Some(Err(e)) = crate::shard::until(clock, deadline_ms, room).await {
@@ -553,7 +557,7 @@ async fn append_fetched(
                 // Leadership or the log may have moved while we waited: append only an
                 // answer that still continues our log (as before the wait).
                 if with_expected(ctx, &w.tp, leader, w.leader_epoch) != Some(offset)
-                    || p.log_end_offset() != offset
+                    || p.log_end_offset() != offset.get()
                 {
                     return Ok(ReplicaAppendOutcome {
                         first_offset: -1,
@@ -584,9 +588,9 @@ pub(super) async fn follow_log_start(tp: &TopicPartition, p: &Partition, leader_
 pub(super) fn with_expected(
     ctx: &ShardCtx,
     tp: &TopicPartition,
-    leader: i32,
-    epoch: i32,
-) -> Option<i64> {
+    leader: NodeId,
+    epoch: LeaderEpoch,
+) -> Option<Offset> {
     match ctx.replicas.roles.borrow().get(tp) {
         Some(Role::Follower(f))
             if f.state.leader() == leader && f.state.leader_epoch() == epoch =>

@@ -9,6 +9,7 @@ use tracing::debug;
 use super::to_controller::alter_isr;
 use super::Role;
 use crate::protocol::error::ErrorCode;
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 use crate::replication::{LeaderCommand, ReplicaError};
 use crate::shard::ShardCtx;
 use crate::shard::TopicPartition;
@@ -17,16 +18,15 @@ use crate::storage::Partition;
 /// The leader's log grew (an append): count it towards the high watermark.
 pub fn on_local_append(ctx: &Rc<ShardCtx>, tp: &TopicPartition) {
     let now = ctx.shared.clock.monotonic_ms();
-    if let Some((p, cmds)) = ctx
-        .replicas
-        .leader_commands(tp, |s, p| s.handle_local_leo(p.log_end_offset(), now))
-    {
+    if let Some((p, cmds)) = ctx.replicas.leader_commands(tp, |s, p| {
+        s.handle_local_leo(Offset(p.log_end_offset()), now)
+    }) {
         run_leader_commands(ctx, tp, &p, cmds);
     }
 }
 
 /// A follower's Fetch reached this leader: record its progress. The error is the one the
-/// follower must see.
+/// follower must see. The arguments are the request's wire numbers.
 pub fn on_follower_fetch(
     ctx: &Rc<ShardCtx>,
     tp: &TopicPartition,
@@ -38,8 +38,13 @@ pub fn on_follower_fetch(
     let mut outcome = Err(ErrorCode::NotLeaderOrFollower);
     let cmds = ctx.replicas.leader_commands(tp, |s, p| {
         // Our own log end first, so a follower at the end counts as caught up.
-        let mut cmds = s.handle_local_leo(p.log_end_offset(), now);
-        match s.handle_follower_fetch(replica, fetch_offset, current_leader_epoch, now) {
+        let mut cmds = s.handle_local_leo(Offset(p.log_end_offset()), now);
+        match s.handle_follower_fetch(
+            NodeId(replica),
+            Offset(fetch_offset),
+            LeaderEpoch(current_leader_epoch),
+            now,
+        ) {
             Ok(more) => {
                 cmds.extend(more);
                 outcome = Ok(s.high_watermark());
@@ -72,7 +77,7 @@ pub(super) fn run_leader_commands(
 ) {
     for cmd in cmds {
         match cmd {
-            LeaderCommand::AdvanceHw(hw) => p.set_hw(hw.min(p.log_end_offset())),
+            LeaderCommand::AdvanceHw(hw) => p.set_hw(hw.get().min(p.log_end_offset())),
             LeaderCommand::AlterIsr {
                 new_isr,
                 leader_epoch,
@@ -107,7 +112,7 @@ pub(super) fn tick_leaders(ctx: &Rc<ShardCtx>) {
         .collect();
     for tp in tps {
         if let Some((p, cmds)) = ctx.replicas.leader_commands(&tp, |s, p| {
-            let mut c = s.handle_local_leo(p.log_end_offset(), now);
+            let mut c = s.handle_local_leo(Offset(p.log_end_offset()), now);
             c.extend(s.handle_tick(now));
             c
         }) {
@@ -126,7 +131,7 @@ pub fn epoch_end(
 ) -> Result<(i32, i64), ErrorCode> {
     match ctx.replicas.roles.borrow().get(tp) {
         Some(Role::Leader(l)) => {
-            let ours = l.state.leader_epoch();
+            let ours = l.state.leader_epoch().get();
             if current_leader_epoch >= 0 && current_leader_epoch < ours {
                 return Err(ErrorCode::FencedLeaderEpoch);
             }

@@ -37,6 +37,7 @@ use super::ShardCtx;
 use crate::cluster::catalog::PartitionMeta;
 use crate::limits::{METADATA_POLL_MS, REPLICA_TICK_MS};
 use crate::protocol::error::ErrorCode;
+use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 use crate::replication::follower::FollowerState;
 use crate::replication::leader::LeaderState;
 use crate::replication::{FollowerCommand, LeaderCommand};
@@ -77,8 +78,8 @@ pub enum Role {
 #[derive(Default)]
 pub struct Replicas {
     roles: RefCell<HashMap<TopicPartition, Role>>,
-    /// Leaders (node ids) this shard runs a fetcher for.
-    fetchers: RefCell<HashSet<i32>>,
+    /// Leaders this shard runs a fetcher for.
+    fetchers: RefCell<HashSet<NodeId>>,
     applied_version: Cell<u64>,
     /// Serialises metadata application (the poller and request paths).
     applying: futures::lock::Mutex<()>,
@@ -110,10 +111,11 @@ impl Replicas {
         }
     }
 
-    /// The leader epoch of `tp` if this broker leads it.
+    /// The leader epoch of `tp` if this broker leads it (a wire number: the partition
+    /// service compares it with the epochs requests carry).
     pub fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
         match self.roles.borrow().get(tp) {
-            Some(Role::Leader(l)) => Some(l.state.leader_epoch()),
+            Some(Role::Leader(l)) => Some(l.state.leader_epoch().get()),
             _ => None,
         }
     }
@@ -142,7 +144,7 @@ impl Replicas {
     /// The high watermark a leader reports.
     pub fn leader_hw(&self, tp: &TopicPartition) -> Option<i64> {
         match self.roles.borrow().get(tp) {
-            Some(Role::Leader(l)) => Some(l.state.high_watermark()),
+            Some(Role::Leader(l)) => Some(l.state.high_watermark().get()),
             _ => None,
         }
     }
@@ -170,7 +172,7 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
         return;
     }
     let catalog = ctx.shared.catalog.load();
-    let me = catalog.local_node;
+    let me = NodeId(catalog.local_node);
     let live: HashSet<i32> = catalog.live_brokers().map(|b| b.node_id).collect();
     let mut wanted = HashSet::new();
     for topic in catalog.topics.values() {
@@ -216,11 +218,12 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
             if p.config() != config {
                 p.set_config(config.clone());
             }
-            let ineligible: Vec<i32> = pm
+            let ineligible: Vec<NodeId> = pm
                 .replicas
                 .iter()
                 .copied()
                 .filter(|r| !live.contains(r))
+                .map(NodeId)
                 .collect();
             update_role(ctx, &tp, &p, pm, me, min_isr, ineligible);
         }
@@ -267,24 +270,26 @@ fn update_role(
     tp: &TopicPartition,
     p: &Rc<Partition>,
     pm: &PartitionMeta,
-    me: i32,
+    me: NodeId,
     min_isr: usize,
-    ineligible: Vec<i32>,
+    ineligible: Vec<NodeId>,
 ) {
     let now = ctx.shared.clock.monotonic_ms();
     let lag = ctx.shared.config.replica_lag_time_max_ms;
     let is_offsets = tp.topic == crate::group::OFFSETS_TOPIC;
+    // The metadata's numbers, typed once here.
+    let (leader, leader_epoch) = (NodeId(pm.leader), LeaderEpoch(pm.leader_epoch));
     let mut roles = ctx.replicas.roles.borrow_mut();
     let current = roles.get_mut(tp);
-    if pm.leader == me {
+    if leader == me {
         if let Some(Role::Leader(l)) = current {
-            if l.state.leader_epoch() == pm.leader_epoch {
+            if l.state.leader_epoch() == leader_epoch {
                 l.min_isr = min_isr;
                 l.state.set_ineligible(ineligible);
                 if pm.partition_epoch > l.state.partition_epoch() {
                     let cmds = l.state.handle_partition_change(
-                        pm.replicas.clone(),
-                        pm.isr.clone(),
+                        NodeId::from_wire_list(&pm.replicas),
+                        NodeId::from_wire_list(&pm.isr),
                         pm.partition_epoch,
                     );
                     let part = l.partition.clone();
@@ -295,7 +300,7 @@ fn update_role(
             }
         }
         // Become leader: later appends carry the new epoch, which starts at our log end.
-        let leo = p.log_end_offset();
+        let leo = Offset(p.log_end_offset());
         if let Err(e) = p.set_leader_epoch(pm.leader_epoch) {
             // Leading would stamp an epoch the log contradicts: stay off (clients hear
             // NOT_LEADER_OR_FOLLOWER) until metadata or an operator resolves it.
@@ -303,13 +308,13 @@ fn update_role(
             roles.remove(tp);
             return;
         }
-        let hw = p.high_watermark().min(leo);
+        let hw = Offset(p.high_watermark()).min(leo);
         let mut state = LeaderState::new(
             me,
-            pm.leader_epoch,
+            leader_epoch,
             pm.partition_epoch,
-            pm.replicas.clone(),
-            pm.isr.clone(),
+            NodeId::from_wire_list(&pm.replicas),
+            NodeId::from_wire_list(&pm.isr),
             leo,
             hw,
             leo,
@@ -317,7 +322,7 @@ fn update_role(
             lag,
         );
         state.set_ineligible(ineligible);
-        info!(topic = %tp.topic, partition = tp.partition, epoch = pm.leader_epoch, leo, hw, "leading");
+        info!(topic = %tp.topic, partition = tp.partition, epoch = pm.leader_epoch, %leo, %hw, "leading");
         roles.insert(
             tp.clone(),
             Role::Leader(LeaderRole {
@@ -335,17 +340,17 @@ fn update_role(
         return;
     }
     if let Some(Role::Follower(f)) = current {
-        if f.state.leader() == pm.leader && f.state.leader_epoch() == pm.leader_epoch {
+        if f.state.leader() == leader && f.state.leader_epoch() == leader_epoch {
             return;
         }
     }
     let was_leader = matches!(roles.get(tp), Some(Role::Leader(_)));
     let (state, first) = FollowerState::new(
-        pm.leader,
-        pm.leader_epoch,
-        p.log_end_offset(),
-        p.high_watermark(),
-        p.latest_epoch(),
+        leader,
+        leader_epoch,
+        Offset(p.log_end_offset()),
+        Offset(p.high_watermark()),
+        p.latest_epoch().map(LeaderEpoch),
     );
     info!(topic = %tp.topic, partition = tp.partition, leader = pm.leader, epoch = pm.leader_epoch, "following");
     roles.insert(

@@ -9,6 +9,7 @@ use tracing::{debug, info, warn};
 use super::leader::run_leader_commands;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse};
 use crate::protocol::error::{error_from_code, ErrorCode};
+use crate::protocol::ids::{LeaderEpoch, NodeId};
 use crate::shard::ShardCtx;
 use crate::shard::TopicPartition;
 
@@ -18,12 +19,12 @@ use crate::shard::TopicPartition;
 pub(super) async fn alter_isr(
     ctx: Rc<ShardCtx>,
     tp: TopicPartition,
-    new_isr: Vec<i32>,
-    leader_epoch: i32,
+    new_isr: Vec<NodeId>,
+    leader_epoch: LeaderEpoch,
     partition_epoch: i32,
 ) {
     loop {
-        if ctx.shutting_down.get() || ctx.replicas.leader_epoch(&tp) != Some(leader_epoch) {
+        if ctx.shutting_down.get() || ctx.replicas.leader_epoch(&tp) != Some(leader_epoch.get()) {
             return;
         }
         info!(topic = %tp.topic, partition = tp.partition, ?new_isr, "proposing ISR change");
@@ -32,9 +33,9 @@ pub(super) async fn alter_isr(
             broker_epoch: -1,
             topic: tp.topic.clone(),
             partition: tp.partition,
-            leader_epoch,
+            leader_epoch: leader_epoch.get(),
             partition_epoch,
-            new_isr: new_isr.clone(),
+            new_isr: NodeId::to_wire_list(&new_isr),
         };
         match ctx.shared.quorum.request(req).await {
             Ok(ControllerResponse::AlterPartition { status, state }) => {
@@ -44,9 +45,10 @@ pub(super) async fn alter_isr(
                         return Vec::new();
                     }
                     match (&state, status.is_ok()) {
-                        (Some(st), true) => {
-                            s.handle_isr_committed(st.isr.clone(), st.partition_epoch)
-                        }
+                        (Some(st), true) => s.handle_isr_committed(
+                            NodeId::from_wire_list(&st.isr),
+                            st.partition_epoch,
+                        ),
                         _ if matches!(
                             code,
                             ErrorCode::OperationNotAttempted | ErrorCode::IneligibleReplica
@@ -55,9 +57,11 @@ pub(super) async fn alter_isr(
                             s.handle_alter_failed()
                         }
                         // Stale epochs: the next metadata image carries the real state.
-                        (Some(st), false) if st.partition_epoch > s.partition_epoch() => {
-                            s.handle_isr_committed(st.isr.clone(), st.partition_epoch)
-                        }
+                        (Some(st), false) if st.partition_epoch > s.partition_epoch() => s
+                            .handle_isr_committed(
+                                NodeId::from_wire_list(&st.isr),
+                                st.partition_epoch,
+                            ),
                         _ => Vec::new(),
                     }
                 });

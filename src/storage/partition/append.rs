@@ -13,6 +13,7 @@ use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::control::{
     build_end_txn_marker, parse_end_txn_marker, EndTxnMarker, MarkerError,
 };
+use crate::protocol::ids::{LeaderEpoch, Offset};
 use crate::protocol::inflate::inflated_len;
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
 use crate::protocol::record_batch::RecordsError;
@@ -48,10 +49,15 @@ impl Inner {
     /// Records that `epoch` starts at `base` if it is not the latest epoch already (Kafka
     /// assigns on every batch whose epoch differs from the latest one).
     fn assign_epoch(&mut self, epoch: i32, base: i64) {
-        if epoch < 0 || self.epoch_cache.latest().is_some_and(|l| l.epoch == epoch) {
+        if epoch < 0
+            || self
+                .epoch_cache
+                .latest()
+                .is_some_and(|l| l.epoch == LeaderEpoch(epoch))
+        {
             return;
         }
-        self.epoch_cache.assign(epoch, base);
+        self.epoch_cache.assign(LeaderEpoch(epoch), Offset(base));
         self.epoch_version += 1;
     }
 
@@ -364,7 +370,11 @@ impl Partition {
     /// is an error for the caller to report, never a panic.
     pub fn set_leader_epoch(&self, epoch: i32) -> Result<(), Error> {
         let mut inner = self.inner.borrow_mut();
-        let latest = inner.epoch_cache.latest().map(|l| l.epoch).unwrap_or(-1);
+        let latest = inner
+            .epoch_cache
+            .latest()
+            .map(|l| l.epoch.get())
+            .unwrap_or(-1);
         if epoch < 0 || epoch < latest {
             return Err(Error::EpochRegression { epoch, latest });
         }

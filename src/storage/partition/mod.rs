@@ -71,6 +71,7 @@ use super::tail_cache::TailCache;
 use super::txn_index::{self, AbortedRange};
 use super::{Error, FlushPolicy, LogConfig};
 use crate::limits::PARTITION_RESIDENT_BYTES;
+use crate::protocol::ids::{LeaderEpoch, Offset};
 use crate::replication::epoch_cache::EpochCache;
 
 pub use clean::{CleanReport, CleanerState, CleanerThrottle};
@@ -284,13 +285,14 @@ impl Partition {
                 // region is covered by the checkpoint (it is written before any index or
                 // producer checkpoint), so redo the scanned region from its batches.
                 let mut c = checkpoint.clone();
-                c.truncate_from_end(rec.epoch_scan_from);
+                c.truncate_from_end(Offset(rec.epoch_scan_from));
                 for &(epoch, base) in &rec.scanned_epochs {
+                    let epoch = LeaderEpoch(epoch);
                     if c.latest().is_none_or(|l| l.epoch != epoch) {
-                        c.assign(epoch, base);
+                        c.assign(epoch, Offset(base));
                     }
                 }
-                c.truncate_from_end(rec.next_offset);
+                c.truncate_from_end(Offset(rec.next_offset));
                 let changed = &c != checkpoint;
                 (c, changed)
             }
@@ -340,7 +342,7 @@ impl Partition {
             hw_persisted: high_watermark,
             // Until `set_leader_epoch`, keep stamping the latest epoch this log knows (0 for
             // a new log), so a restart never stamps an older epoch than it already holds.
-            leader_epoch: epoch_cache.latest().map(|l| l.epoch).unwrap_or(0),
+            leader_epoch: epoch_cache.latest().map(|l| l.epoch.get()).unwrap_or(0),
             epoch_cache,
             epoch_version: 0,
             epoch_persisted: 0,
@@ -501,18 +503,29 @@ impl Partition {
 
     /// The leader epoch the record at `offset` was written in, if the cache knows it.
     pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
-        self.inner.borrow().epoch_cache.epoch_for_offset(offset)
+        let inner = self.inner.borrow();
+        inner
+            .epoch_cache
+            .epoch_for_offset(Offset(offset))
+            .map(LeaderEpoch::get)
     }
 
     pub fn latest_epoch(&self) -> Option<i32> {
-        self.inner.borrow().epoch_cache.latest().map(|l| l.epoch)
+        self.inner
+            .borrow()
+            .epoch_cache
+            .latest()
+            .map(|l| l.epoch.get())
     }
 
     /// OffsetForLeaderEpoch: the largest epoch <= `epoch` this log knows and where it ends
     /// (Kafka's `endOffsetFor`, against the current log end).
     pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
         let inner = self.inner.borrow();
-        inner.epoch_cache.end_offset_for(epoch, inner.next_offset)
+        let (found, end) = inner
+            .epoch_cache
+            .end_offset_for(LeaderEpoch(epoch), Offset(inner.next_offset));
+        (found.get(), end.get())
     }
 
     /// Max timestamp in the log and its offset (ListOffsets MAX_TIMESTAMP).

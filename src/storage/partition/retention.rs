@@ -3,6 +3,7 @@
 //! persisted before any segment file is unlinked, so a crash leaves extra files below the log
 //! start (recovery deletes them), never a log start below missing data.
 
+use crate::protocol::ids::Offset;
 use crate::storage::recovery::remove_segment_files;
 use crate::storage::retention::{segments_to_delete, SegmentSummary};
 use crate::storage::state_file;
@@ -52,7 +53,7 @@ impl Partition {
                 return Ok(inner.log_start);
             }
             inner.log_start = target;
-            inner.epoch_cache.truncate_from_start(target);
+            inner.epoch_cache.truncate_from_start(Offset(target));
             inner.epoch_version += 1;
             inner.producers.evict_below(target);
             inner.cache.evict_below(target);
@@ -112,7 +113,7 @@ impl Partition {
                 "retention must not pass the high watermark"
             );
             inner.log_start = new_start;
-            inner.epoch_cache.truncate_from_start(new_start);
+            inner.epoch_cache.truncate_from_start(Offset(new_start));
             inner.epoch_version += 1;
             inner.producers.evict_below(new_start);
             inner.cache.evict_below(new_start);

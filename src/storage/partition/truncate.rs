@@ -7,6 +7,7 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 
+use crate::protocol::ids::Offset;
 use crate::replication::epoch_cache::EpochCache;
 use crate::storage::producer_state::ProducerStateTable;
 use crate::storage::recovery::{
@@ -258,7 +259,7 @@ impl Partition {
         write_producer_snapshot(&self.dir, &producers.snapshot(new_end)).await?;
         {
             let mut inner = self.inner.borrow_mut();
-            inner.epoch_cache.truncate_from_end(new_end);
+            inner.epoch_cache.truncate_from_end(Offset(new_end));
             inner.epoch_version += 1;
             if inner.high_watermark > new_end {
                 inner.high_watermark = new_end;
