@@ -12,16 +12,18 @@ use bytes::Bytes;
 use indexmap::IndexMap;
 
 use crate::clock::Now;
+use crate::protocol::control::TxnOutcome;
+use crate::protocol::producer::ProducerId;
 
 use super::limits::{
     GROUP_MEMBERS_MAX, GROUP_METADATA_BYTES_MAX, GROUP_NAME_LEN_MAX, GROUP_OFFSETS_MAX,
-    GROUP_PENDING_MEMBERS_MAX, OFFSET_METADATA_BYTES_MAX, SHARD_GROUPS_MAX,
+    GROUP_PENDING_MEMBERS_MAX, GROUP_TXN_OFFSETS_MAX, OFFSET_METADATA_BYTES_MAX, SHARD_GROUPS_MAX,
 };
 use super::record::{self, GroupValue, OffsetValue, RecordError, RecordKey, StoredMember};
 use super::{
     CommitArgs, CommitPlan, ErrorCode, FetchedOffset, GroupConfig, GroupDescription, GroupListing,
     HeartbeatArgs, JoinArgs, JoinMember, JoinResult, LeaveMember, LeaveResult, LogRecord,
-    MemberDescription, Output, RequestId, SyncArgs, SyncResult,
+    MemberDescription, Output, RequestId, SyncArgs, SyncResult, TxnCommitArgs,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +79,27 @@ impl Member {
     }
 }
 
+/// A committed offset and where its record sits in `__consumer_offsets`. A commit whose
+/// record is earlier in the log never replaces it: an OffsetCommit that becomes durable after
+/// a later one, or a transaction's offset committed by a marker after a plain commit written
+/// since (Kafka's `CommitRecordMetadataAndOffset.olderThan`).
+#[derive(Debug, Clone)]
+struct Committed {
+    value: OffsetValue,
+    log_offset: i64,
+}
+
+/// An offset a producer committed inside its open transaction (TxnOffsetCommit): invisible
+/// to OffsetFetch until the producer's COMMIT marker, dropped by its ABORT (Kafka's
+/// `pendingTransactionalOffsetCommits`). `log_offset` is `None` until its record is durable;
+/// one that never became durable is dropped even by a COMMIT (the client was never told it
+/// was committed, so its transaction cannot have committed it).
+#[derive(Debug, Clone)]
+struct PendingTxnOffset {
+    value: OffsetValue,
+    log_offset: Option<i64>,
+}
+
 /// The initial delayed join of a group that was empty (group.initial.rebalance.delay.ms):
 /// the join phase is extended by `delay_ms` while new members keep arriving, up to the
 /// rebalance timeout in total.
@@ -108,7 +131,10 @@ struct Group {
     new_member_added: bool,
     /// When the group entered its current state (offset retention counts from Empty).
     state_timestamp_ms: i64,
-    offsets: HashMap<(String, i32), OffsetValue>,
+    offsets: HashMap<(String, i32), Committed>,
+    /// Per producer with an open transaction, the offsets it committed in it (at most
+    /// `GROUP_TXN_OFFSETS_MAX` in all).
+    pending_txn: HashMap<ProducerId, HashMap<(String, i32), PendingTxnOffset>>,
 }
 
 impl Group {
@@ -131,6 +157,56 @@ impl Group {
             new_member_added: false,
             state_timestamp_ms: now.wall_ms,
             offsets: HashMap::new(),
+            pending_txn: HashMap::new(),
+        }
+    }
+
+    /// Whether some open transaction committed an offset for `key`.
+    fn has_pending_txn(&self, key: &(String, i32)) -> bool {
+        self.pending_txn.values().any(|m| m.contains_key(key))
+    }
+
+    fn pending_txn_count(&self) -> usize {
+        self.pending_txn.values().map(HashMap::len).sum()
+    }
+
+    /// Makes `value` the committed offset of `key` unless the current one's record is later
+    /// in the log.
+    fn commit_offset(&mut self, key: (String, i32), value: OffsetValue, log_offset: i64) {
+        if self
+            .offsets
+            .get(&key)
+            .is_none_or(|c| c.log_offset < log_offset)
+        {
+            self.offsets.insert(key, Committed { value, log_offset });
+        }
+    }
+
+    /// A tombstone for `key` (OffsetDelete, group deletion, retention): the committed
+    /// offset and every open transaction's offset for it go, as Kafka's replay of the
+    /// tombstone does.
+    fn remove_offset(&mut self, key: &(String, i32)) -> bool {
+        let had_pending = self.has_pending_txn(key);
+        for m in self.pending_txn.values_mut() {
+            m.remove(key);
+        }
+        self.pending_txn.retain(|_, m| !m.is_empty());
+        self.offsets.remove(key).is_some() || had_pending
+    }
+
+    /// The producer's transaction ended: its offsets become the committed ones on a COMMIT
+    /// (where no later commit was written since), and are dropped on an ABORT.
+    fn complete_txn(&mut self, producer_id: ProducerId, outcome: TxnOutcome) {
+        let Some(pending) = self.pending_txn.remove(&producer_id) else {
+            return;
+        };
+        if outcome == TxnOutcome::Abort {
+            return;
+        }
+        for (key, p) in pending {
+            if let Some(log_offset) = p.log_offset {
+                self.commit_offset(key, p.value, log_offset);
+            }
         }
     }
 
@@ -690,12 +766,14 @@ impl Coordinator {
         Ok(plan)
     }
 
-    /// OffsetCommit, second half: the records are durable, make the offsets visible.
+    /// OffsetCommit, second half: the records are durable (their batch ends at
+    /// `log_offset`), make the offsets visible.
     pub fn apply_commit(
         &mut self,
         group_id: &str,
         partition: i32,
         accepted: Vec<(String, i32, OffsetValue)>,
+        log_offset: i64,
         now: Now,
     ) {
         if !self.groups.contains_key(group_id) {
@@ -705,34 +783,215 @@ impl Coordinator {
         }
         if let Some(group) = self.groups.get_mut(group_id) {
             for (topic, p, value) in accepted {
-                group.offsets.insert((topic, p), value);
+                group.commit_offset((topic, p), value, log_offset);
             }
         }
     }
 
+    /// TxnOffsetCommit, first half: validates as Kafka's group coordinator does for a
+    /// transactional commit, builds the records (the host appends them as a transactional
+    /// batch of the producer) and holds the offsets pending for the producer at once, so
+    /// OffsetFetch with `require_stable` sees them as unstable while they are written. Then
+    /// [`Coordinator::txn_commit_appended`] or [`Coordinator::txn_commit_failed`]; the
+    /// producer's marker ends them ([`Coordinator::complete_txn`]).
+    ///
+    /// Checks, in Kafka's order: a commit to an unknown group creates it only without member
+    /// fields (else ILLEGAL_GENERATION); a dead group is COORDINATOR_NOT_AVAILABLE; member
+    /// fields, when any is given and the group is not an empty one addressed without a
+    /// generation, must name a member (static: FENCED_INSTANCE_ID for another incarnation,
+    /// UNKNOWN_MEMBER_ID) of the current generation (ILLEGAL_GENERATION). Unlike
+    /// OffsetCommit, no REBALANCE_IN_PROGRESS: a transaction's commit is not refused while
+    /// the group rebalances.
+    pub fn handle_txn_offset_commit(
+        &mut self,
+        partition: i32,
+        args: TxnCommitArgs,
+        now: Now,
+    ) -> Result<CommitPlan, ErrorCode> {
+        if args.group_id.is_empty() || args.group_id.len() > GROUP_NAME_LEN_MAX {
+            return Err(ErrorCode::InvalidGroupId);
+        }
+        if !self.groups.contains_key(&args.group_id) {
+            if !args.member_id.is_empty() || args.generation_id >= 0 {
+                return Err(ErrorCode::IllegalGeneration);
+            }
+            if self.groups.len() >= SHARD_GROUPS_MAX {
+                return Err(ErrorCode::CoordinatorNotAvailable);
+            }
+            self.groups.insert(
+                args.group_id.clone(),
+                Group::new(&args.group_id, partition, now),
+            );
+        }
+        let Some(group) = self.groups.get_mut(&args.group_id) else {
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        };
+        if group.state == GroupState::Dead {
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+        let simple = args.generation_id < 0 && group.state == GroupState::Empty;
+        let has_member_fields = args.generation_id >= 0
+            || !args.member_id.is_empty()
+            || args.group_instance_id.is_some();
+        if !simple && has_member_fields {
+            if let Some(instance) = &args.group_instance_id {
+                match group.static_members.get(instance) {
+                    None => return Err(ErrorCode::UnknownMemberId),
+                    Some(existing) if *existing != args.member_id => {
+                        return Err(ErrorCode::FencedInstanceId)
+                    }
+                    Some(_) => {}
+                }
+            }
+            if !group.members.contains_key(&args.member_id) {
+                return Err(ErrorCode::UnknownMemberId);
+            }
+            if args.generation_id != group.generation {
+                return Err(ErrorCode::IllegalGeneration);
+            }
+        }
+        let mut plan = CommitPlan {
+            partition: group.partition,
+            results: Vec::with_capacity(args.offsets.len()),
+            records: Vec::new(),
+            accepted: Vec::new(),
+        };
+        let producer = args.producer_id;
+        for o in args.offsets {
+            let metadata = o.metadata.unwrap_or_default();
+            let key = (o.topic.clone(), o.partition);
+            if metadata.len() > OFFSET_METADATA_BYTES_MAX {
+                plan.results.push(Some(ErrorCode::OffsetMetadataTooLarge));
+                continue;
+            }
+            let known = group
+                .pending_txn
+                .get(&producer)
+                .is_some_and(|m| m.contains_key(&key));
+            if !known && group.pending_txn_count() >= GROUP_TXN_OFFSETS_MAX {
+                plan.results.push(Some(ErrorCode::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue {
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata,
+                commit_timestamp_ms: now.wall_ms,
+            };
+            plan.records.push(LogRecord {
+                key: offset_key(&group.id, &o.topic, o.partition),
+                value: Some(record::encode_offset(&value)),
+            });
+            group.pending_txn.entry(producer).or_default().insert(
+                key,
+                PendingTxnOffset {
+                    value: value.clone(),
+                    log_offset: None,
+                },
+            );
+            plan.accepted.push((o.topic, o.partition, value));
+            plan.results.push(None);
+        }
+        Ok(plan)
+    }
+
+    /// TxnOffsetCommit, second half: the producer's records are durable in the batch ending
+    /// at `log_offset`. Offsets replaced meanwhile by a newer commit of the same producer
+    /// (or dropped by a marker) are left alone.
+    pub fn txn_commit_appended(
+        &mut self,
+        group_id: &str,
+        producer_id: ProducerId,
+        accepted: &[(String, i32, OffsetValue)],
+        log_offset: i64,
+    ) {
+        let Some(pending) = self
+            .groups
+            .get_mut(group_id)
+            .and_then(|g| g.pending_txn.get_mut(&producer_id))
+        else {
+            return;
+        };
+        for (topic, p, value) in accepted {
+            if let Some(e) = pending.get_mut(&(topic.clone(), *p)) {
+                if e.log_offset.is_none() && e.value == *value {
+                    e.log_offset = Some(log_offset);
+                }
+            }
+        }
+    }
+
+    /// TxnOffsetCommit failed to be written: its offsets are no longer pending (Kafka's
+    /// `failPendingTxnOffsetCommit`).
+    pub fn txn_commit_failed(
+        &mut self,
+        group_id: &str,
+        producer_id: ProducerId,
+        accepted: &[(String, i32, OffsetValue)],
+    ) {
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return;
+        };
+        if let Some(pending) = group.pending_txn.get_mut(&producer_id) {
+            for (topic, p, value) in accepted {
+                let key = (topic.clone(), *p);
+                if pending
+                    .get(&key)
+                    .is_some_and(|e| e.log_offset.is_none() && e.value == *value)
+                {
+                    pending.remove(&key);
+                }
+            }
+            if pending.is_empty() {
+                group.pending_txn.remove(&producer_id);
+            }
+        }
+    }
+
+    /// The producer's COMMIT or ABORT marker is in `__consumer_offsets`-`partition` (written
+    /// live, or read back while loading): every group of the partition applies or drops the
+    /// offsets the producer committed in that transaction.
+    pub fn complete_txn(&mut self, partition: i32, producer_id: ProducerId, outcome: TxnOutcome) {
+        for g in self
+            .groups
+            .values_mut()
+            .filter(|g| g.partition == partition)
+        {
+            g.complete_txn(producer_id, outcome);
+        }
+    }
+
     /// OffsetFetch: `None` partitions means every committed offset of the group. Unknown
-    /// groups and partitions answer offset -1, as Kafka does.
+    /// groups and partitions answer offset -1, as Kafka does. With `require_stable` (v7+,
+    /// KIP-447), a partition with an offset pending in an open transaction answers
+    /// UNSTABLE_OFFSET_COMMIT instead (the consumer retries until the transaction ends);
+    /// without it, the last committed offset.
     pub fn handle_offset_fetch(
         &self,
         group_id: &str,
         partitions: Option<Vec<(String, i32)>>,
+        require_stable: bool,
     ) -> Vec<FetchedOffset> {
         let group = self.groups.get(group_id);
         let found = |topic: &str, p: i32| -> FetchedOffset {
-            match group.and_then(|g| g.offsets.get(&(topic.to_string(), p))) {
-                Some(v) => FetchedOffset {
+            let key = (topic.to_string(), p);
+            let unstable = require_stable && group.is_some_and(|g| g.has_pending_txn(&key));
+            match group.and_then(|g| g.offsets.get(&key)) {
+                Some(c) if !unstable => FetchedOffset {
                     topic: topic.to_string(),
                     partition: p,
-                    offset: v.offset,
-                    leader_epoch: v.leader_epoch,
-                    metadata: Some(v.metadata.clone()),
+                    offset: c.value.offset,
+                    leader_epoch: c.value.leader_epoch,
+                    metadata: Some(c.value.metadata.clone()),
+                    error: None,
                 },
-                None => FetchedOffset {
+                _ => FetchedOffset {
                     topic: topic.to_string(),
                     partition: p,
                     offset: -1,
                     leader_epoch: -1,
                     metadata: Some(String::new()),
+                    error: unstable.then_some(ErrorCode::UnstableOffsetCommit),
                 },
             }
         };
@@ -773,7 +1032,7 @@ impl Coordinator {
                 results.push(Some(ErrorCode::GroupSubscribedToTopic));
                 continue;
             }
-            if group.offsets.remove(&(topic.clone(), p)).is_some() {
+            if group.remove_offset(&(topic.clone(), p)) {
                 records.push(LogRecord {
                     key: offset_key(group_id, &topic, p),
                     value: None,
@@ -879,9 +1138,12 @@ impl Coordinator {
             GroupState::Empty => {}
             _ => return Some(ErrorCode::NonEmptyGroup),
         }
-        let mut records: Vec<LogRecord> = group
-            .offsets
-            .keys()
+        // Tombstones for the offsets pending in open transactions too, as Kafka writes them:
+        // replayed, they drop those offsets, so a later COMMIT marker brings none back.
+        let mut keys: HashSet<&(String, i32)> = group.offsets.keys().collect();
+        keys.extend(group.pending_txn.values().flat_map(HashMap::keys));
+        let mut records: Vec<LogRecord> = keys
+            .into_iter()
             .map(|(t, p)| LogRecord {
                 key: offset_key(group_id, t, *p),
                 value: None,
@@ -928,16 +1190,18 @@ impl Coordinator {
                 continue;
             }
             let managed = group.protocol_type.is_some() || group.generation > 0;
+            // An offset with a transactional commit pending is kept until the transaction
+            // ends, as Kafka does.
             let expired: Vec<(String, i32)> = group
                 .offsets
                 .iter()
-                .filter(|(_, v)| {
+                .filter(|(k, c)| {
                     let base = if managed {
                         group.state_timestamp_ms
                     } else {
-                        v.commit_timestamp_ms
+                        c.value.commit_timestamp_ms
                     };
-                    base.saturating_add(retention) <= now.wall_ms
+                    base.saturating_add(retention) <= now.wall_ms && !group.has_pending_txn(k)
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
@@ -950,6 +1214,7 @@ impl Coordinator {
                 });
             }
             if group.offsets.is_empty()
+                && group.pending_txn.is_empty()
                 && group.state_timestamp_ms.saturating_add(retention) <= now.wall_ms
             {
                 records.push(LogRecord {
@@ -974,12 +1239,17 @@ impl Coordinator {
 
     // ---------------------------------------------------------------- Loading
 
-    /// Applies one record read back from `__consumer_offsets` partition `partition`. Records
-    /// must be given in log order: the last write for a key wins, so duplicates left by the
-    /// (not yet compacted) log are harmless. Call [`Coordinator::finish_load`] afterwards.
+    /// Applies one record read back from `__consumer_offsets` partition `partition`, stored
+    /// at `log_offset`; `txn` is the producer whose transactional batch held it, if one did.
+    /// Records must be given in log order, with the transaction markers among them
+    /// ([`Coordinator::complete_txn`]): the last write for a key wins, so duplicates left by
+    /// the (not yet compacted) log are harmless, and a transaction's offsets stay pending
+    /// until its marker. Call [`Coordinator::finish_load`] afterwards.
     pub fn load_record(
         &mut self,
         partition: i32,
+        log_offset: i64,
+        txn: Option<ProducerId>,
         key: &[u8],
         value: Option<&[u8]>,
         now: Now,
@@ -992,15 +1262,26 @@ impl Coordinator {
             } => match value {
                 Some(v) => {
                     let v = record::decode_offset(v)?;
-                    self.groups
+                    let g = self
+                        .groups
                         .entry(group.clone())
-                        .or_insert_with(|| Group::new(&group, partition, now))
-                        .offsets
-                        .insert((topic, p), v);
+                        .or_insert_with(|| Group::new(&group, partition, now));
+                    match txn {
+                        Some(producer) => {
+                            g.pending_txn.entry(producer).or_default().insert(
+                                (topic, p),
+                                PendingTxnOffset {
+                                    value: v,
+                                    log_offset: Some(log_offset),
+                                },
+                            );
+                        }
+                        None => g.commit_offset((topic, p), v, log_offset),
+                    }
                 }
                 None => {
                     if let Some(g) = self.groups.get_mut(&group) {
-                        g.offsets.remove(&(topic, p));
+                        g.remove_offset(&(topic, p));
                     }
                 }
             },
@@ -1063,6 +1344,7 @@ impl Coordinator {
             g.partition != partition
                 || !g.members.is_empty()
                 || !g.offsets.is_empty()
+                || !g.pending_txn.is_empty()
                 || g.generation > 0
         });
         for g in self

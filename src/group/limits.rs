@@ -22,6 +22,12 @@ pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Committed offsets one group may hold; past it a commit's new partitions are refused.
 pub const GROUP_OFFSETS_MAX: usize = 100_000;
 
+/// Offsets one group may hold pending in open transactions (TxnOffsetCommit), over every
+/// producer; past it a transactional commit's new partitions are refused like a commit's
+/// past `GROUP_OFFSETS_MAX`. A COMMIT marker may then bring the group's committed offsets
+/// up to `GROUP_OFFSETS_MAX + GROUP_TXN_OFFSETS_MAX`.
+pub const GROUP_TXN_OFFSETS_MAX: usize = 100_000;
+
 /// Longest group id, member id or instance id accepted (Kafka strings are i16-length).
 pub const GROUP_NAME_LEN_MAX: usize = 4096;
 

@@ -27,6 +27,8 @@ mod tests;
 
 use bytes::Bytes;
 
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
+
 pub use coordinator::{Coordinator, GroupState};
 pub use kafka_protocol::error::ResponseError as ErrorCode;
 
@@ -213,6 +215,20 @@ pub struct CommitArgs {
     pub offsets: Vec<CommitOffset>,
 }
 
+/// TxnOffsetCommit (KIP-98): offsets committed inside the producer's transaction. v0-v2
+/// carry no member fields (member id "", generation -1, no instance id); v3+ (KIP-447) do,
+/// and they are then validated as OffsetCommit's are.
+#[derive(Debug, Clone)]
+pub struct TxnCommitArgs {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub generation_id: i32,
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
+    pub offsets: Vec<CommitOffset>,
+}
+
 /// An accepted commit: append `records`, wait for durability, then `apply_commit`.
 #[derive(Debug)]
 pub struct CommitPlan {
@@ -231,6 +247,9 @@ pub struct FetchedOffset {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: Option<String>,
+    /// UNSTABLE_OFFSET_COMMIT when `require_stable` asked about a partition with a pending
+    /// transactional commit (offset -1 then).
+    pub error: Option<ErrorCode>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

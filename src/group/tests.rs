@@ -503,10 +503,10 @@ fn offset_commit_fetch_delete() {
     assert_eq!(plan.results, vec![None]);
     assert_eq!(plan.records.len(), 1);
     // Not visible until durable.
-    assert_eq!(s.c.handle_offset_fetch("g", None).len(), 0);
-    s.c.apply_commit("g", 7, plan.accepted, Now::at(s.now));
+    assert_eq!(s.c.handle_offset_fetch("g", None, false).len(), 0);
+    s.c.apply_commit("g", 7, plan.accepted, 1, Now::at(s.now));
     let fetched =
-        s.c.handle_offset_fetch("g", Some(vec![("t".into(), 0), ("t".into(), 1)]));
+        s.c.handle_offset_fetch("g", Some(vec![("t".into(), 0), ("t".into(), 1)]), false);
     assert_eq!(fetched[0].offset, 42);
     assert_eq!(fetched[1].offset, -1);
     // The group is subscribed (stable consumer group): its topic's offsets cannot be deleted.
@@ -515,7 +515,7 @@ fn offset_commit_fetch_delete() {
         s.c.handle_offset_delete("g", vec![("t".into(), 0)], &mut s.out)
             .expect("group exists");
     assert_eq!(res, vec![None]);
-    assert_eq!(s.c.handle_offset_fetch("g", None).len(), 0);
+    assert_eq!(s.c.handle_offset_fetch("g", None, false).len(), 0);
     assert_eq!(
         s.c.handle_offset_delete("nope", vec![], &mut s.out),
         Err(ErrorCode::GroupIdNotFound)
@@ -587,7 +587,7 @@ fn load_from_records_round_trip() {
             partition: 7,
             records: plan.records.clone(),
         });
-        s.c.apply_commit("g", 7, plan.accepted, Now::at(s.now));
+        s.c.apply_commit("g", 7, plan.accepted, offset, Now::at(s.now));
     }
     // Another group, created then deleted: its tombstones must win on replay.
     let mut gone = Sim::join_args("", None, &["range"]);
@@ -608,16 +608,16 @@ fn load_from_records_round_trip() {
     assert_eq!(s.c.handle_delete_group("gone", &mut s.out), None);
     let records = s.appends();
     let mut loaded = Coordinator::new(GroupConfig::default());
-    for r in &records {
+    for (i, r) in records.iter().enumerate() {
         loaded
-            .load_record(7, &r.key, r.value.as_deref(), Now::at(5))
+            .load_record(7, i as i64, None, &r.key, r.value.as_deref(), Now::at(5))
             .expect("decodes");
     }
     loaded.finish_load(7, Now::at(5));
     assert_eq!(loaded.group_state("g"), GroupState::Stable);
     assert_eq!(loaded.group_state("gone"), GroupState::Dead);
     assert_eq!(loaded.generation("g"), generation);
-    let f = loaded.handle_offset_fetch("g", None);
+    let f = loaded.handle_offset_fetch("g", None, false);
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].offset, 9, "last write wins");
     let d = loaded.describe("g");
@@ -638,7 +638,7 @@ fn load_from_records_round_trip() {
     );
     // Garbage is an error, not a panic.
     assert!(loaded
-        .load_record(7, &[0, 1, 0], Some(&[1]), Now::at(5))
+        .load_record(7, 0, None, &[0, 1, 0], Some(&[1]), Now::at(5))
         .is_err());
 }
 
@@ -665,12 +665,12 @@ fn offset_retention_for_empty_groups() {
             Now::at(s.now),
         )
         .expect("simple commit");
-    s.c.apply_commit("g", 7, plan.accepted, Now::at(s.now));
+    s.c.apply_commit("g", 7, plan.accepted, 1, Now::at(s.now));
     s.c.expire_offsets(Now::at(s.now + 1000), &mut s.out);
-    assert_eq!(s.c.handle_offset_fetch("g", None).len(), 1);
+    assert_eq!(s.c.handle_offset_fetch("g", None, false).len(), 1);
     let retention = s.c.config().offsets_retention_ms;
     s.c.expire_offsets(Now::at(s.now + retention + 1), &mut s.out);
-    assert_eq!(s.c.handle_offset_fetch("g", None).len(), 0);
+    assert_eq!(s.c.handle_offset_fetch("g", None, false).len(), 0);
     let records = s.appends();
     assert!(!records.is_empty() && records.iter().all(|r| r.value.is_none()));
     assert_eq!(s.c.group_state("g"), GroupState::Dead);
@@ -791,4 +791,472 @@ fn wall_clock_step_expires_no_session() {
     }
     s.advance(i64::from(SESSION) + 1);
     assert_ne!(s.c.group_state("g"), GroupState::Stable);
+}
+
+// ---------------------------------------------------------------- transactional offsets
+
+use crate::protocol::control::TxnOutcome;
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
+
+fn txn_args(group: &str, producer: i64, offsets: &[(i32, i64)]) -> TxnCommitArgs {
+    TxnCommitArgs {
+        group_id: group.into(),
+        member_id: String::new(),
+        group_instance_id: None,
+        generation_id: -1,
+        producer_id: ProducerId(producer),
+        producer_epoch: ProducerEpoch(0),
+        offsets: offsets
+            .iter()
+            .map(|&(partition, offset)| CommitOffset {
+                topic: "t".into(),
+                partition,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            })
+            .collect(),
+    }
+}
+
+fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitArgs {
+    CommitArgs {
+        group_id: group.into(),
+        member_id: String::new(),
+        group_instance_id: None,
+        generation_id: -1,
+        offsets: vec![CommitOffset {
+            topic: "t".into(),
+            partition,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    }
+}
+
+/// (offset, error) OffsetFetch answers for partition `p` of topic "t".
+fn fetched(c: &Coordinator, group: &str, p: i32, require_stable: bool) -> (i64, Option<ErrorCode>) {
+    let f = c.handle_offset_fetch(group, Some(vec![("t".into(), p)]), require_stable);
+    let f = f.first().expect("one partition asked, one answered");
+    (f.offset, f.error)
+}
+
+/// Offsets committed in a transaction are pending: OffsetFetch with require_stable answers
+/// UNSTABLE_OFFSET_COMMIT, without it the last committed offset; a COMMIT marker makes them
+/// the committed ones, an ABORT drops them, and markers of other producers or partitions
+/// change nothing.
+#[test]
+fn txn_offsets_are_pending_until_the_marker() {
+    let mut s = Sim::new();
+    let now = Now::at(s.now);
+    let plan =
+        s.c.handle_offset_commit(7, simple_commit("g", 0, 5), now)
+            .expect("ok");
+    s.c.apply_commit("g", 7, plan.accepted, 10, now);
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 1, &[(0, 42), (1, 43)]), now)
+            .expect("accepted");
+    assert_eq!(plan.results, vec![None, None]);
+    assert_eq!(plan.records.len(), 2);
+    // Pending from the moment it is accepted, before its records are durable.
+    assert_eq!(
+        fetched(&s.c, "g", 0, true),
+        (-1, Some(ErrorCode::UnstableOffsetCommit))
+    );
+    assert_eq!(fetched(&s.c, "g", 0, false), (5, None));
+    assert_eq!(fetched(&s.c, "g", 1, false), (-1, None));
+    s.c.txn_commit_appended("g", ProducerId(1), &plan.accepted, 11);
+    // Every committed offset (topics: null) with require_stable: the pending one is unstable.
+    let all = s.c.handle_offset_fetch("g", None, true);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].error, Some(ErrorCode::UnstableOffsetCommit));
+    // Another producer's marker, or one on another partition, leaves the transaction open.
+    s.c.complete_txn(7, ProducerId(2), TxnOutcome::Commit);
+    s.c.complete_txn(8, ProducerId(1), TxnOutcome::Commit);
+    assert_eq!(
+        fetched(&s.c, "g", 0, true),
+        (-1, Some(ErrorCode::UnstableOffsetCommit))
+    );
+    s.c.complete_txn(7, ProducerId(1), TxnOutcome::Commit);
+    assert_eq!(fetched(&s.c, "g", 0, true), (42, None));
+    assert_eq!(fetched(&s.c, "g", 1, true), (43, None));
+    // A second transaction, aborted: the offsets stay.
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 1, &[(0, 99)]), now)
+            .expect("accepted");
+    s.c.txn_commit_appended("g", ProducerId(1), &plan.accepted, 13);
+    assert_eq!(fetched(&s.c, "g", 0, false), (42, None));
+    s.c.complete_txn(7, ProducerId(1), TxnOutcome::Abort);
+    assert_eq!(fetched(&s.c, "g", 0, true), (42, None));
+    // A commit whose write failed is no longer pending.
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 3, &[(0, 7)]), now)
+            .expect("accepted");
+    assert_eq!(
+        fetched(&s.c, "g", 0, true).1,
+        Some(ErrorCode::UnstableOffsetCommit)
+    );
+    s.c.txn_commit_failed("g", ProducerId(3), &plan.accepted);
+    assert_eq!(fetched(&s.c, "g", 0, true), (42, None));
+    // A COMMIT for offsets never made durable does not apply them.
+    s.c.handle_txn_offset_commit(7, txn_args("g", 4, &[(0, 8)]), now)
+        .expect("accepted");
+    s.c.complete_txn(7, ProducerId(4), TxnOutcome::Commit);
+    assert_eq!(fetched(&s.c, "g", 0, true), (42, None));
+}
+
+/// Kafka's order between a transaction's offset and plain commits: on COMMIT the
+/// transactional offset replaces the committed one only if its record is later in the log;
+/// a plain commit written after it (before the marker) wins, and a plain commit that was
+/// written earlier but becomes durable late does not undo the transaction's.
+#[test]
+fn txn_offset_vs_plain_commit_follows_log_order() {
+    let mut s = Sim::new();
+    let now = Now::at(s.now);
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 1, &[(0, 100)]), now)
+            .expect("accepted");
+    s.c.txn_commit_appended("g", ProducerId(1), &plan.accepted, 10);
+    let plain =
+        s.c.handle_offset_commit(7, simple_commit("g", 0, 200), now)
+            .expect("ok");
+    s.c.apply_commit("g", 7, plain.accepted, 20, now);
+    s.c.complete_txn(7, ProducerId(1), TxnOutcome::Commit);
+    assert_eq!(
+        fetched(&s.c, "g", 0, true),
+        (200, None),
+        "the later plain commit wins"
+    );
+
+    let early =
+        s.c.handle_offset_commit(7, simple_commit("g", 1, 1), now)
+            .expect("ok");
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 2, &[(1, 300)]), now)
+            .expect("accepted");
+    s.c.txn_commit_appended("g", ProducerId(2), &plan.accepted, 31);
+    s.c.complete_txn(7, ProducerId(2), TxnOutcome::Commit);
+    s.c.apply_commit("g", 7, early.accepted, 30, now);
+    assert_eq!(
+        fetched(&s.c, "g", 1, true),
+        (300, None),
+        "the earlier record loses"
+    );
+}
+
+/// TxnOffsetCommit v3+ member checks (KIP-447), as Kafka's classic group: an unknown group
+/// with member fields is ILLEGAL_GENERATION; a wrong generation ILLEGAL_GENERATION, an
+/// unknown member UNKNOWN_MEMBER_ID, an old static incarnation FENCED_INSTANCE_ID; no member
+/// fields (v0-v2) are accepted in any state, and a rebalance does not refuse the commit.
+#[test]
+fn txn_commit_checks_member_and_generation() {
+    let mut s = Sim::new();
+    let now = Now::at(s.now);
+    let mut unknown = txn_args("nope", 1, &[(0, 1)]);
+    unknown.member_id = "m".into();
+    unknown.generation_id = 1;
+    assert_eq!(
+        s.c.handle_txn_offset_commit(7, unknown, now).err(),
+        Some(ErrorCode::IllegalGeneration)
+    );
+    let (ids, generation) = s.stable_group(2);
+    let member = |id: &str, generation: i32, instance: Option<&str>| {
+        let mut a = txn_args("g", 1, &[(0, 1)]);
+        a.member_id = id.into();
+        a.generation_id = generation;
+        a.group_instance_id = instance.map(str::to_string);
+        a
+    };
+    let now = Now::at(s.now);
+    let cases = [
+        (
+            member(&ids[0], generation + 1, None),
+            Some(ErrorCode::IllegalGeneration),
+        ),
+        (
+            member("ghost", generation, None),
+            Some(ErrorCode::UnknownMemberId),
+        ),
+        (
+            member(&ids[0], generation, Some("i")),
+            Some(ErrorCode::UnknownMemberId),
+        ),
+        (member(&ids[0], generation, None), None),
+        (member("", -1, None), None),
+    ];
+    for (args, expected) in cases {
+        let got = s.c.handle_txn_offset_commit(7, args.clone(), now).err();
+        assert_eq!(got, expected, "{args:?}");
+    }
+    // A rebalance in progress does not refuse a transactional commit of the old generation's
+    // members... but the generation must still match.
+    let (_new, _r) = s.join_new();
+    assert_eq!(s.c.group_state("g"), GroupState::PreparingRebalance);
+    assert!(s
+        .c
+        .handle_txn_offset_commit(7, member(&ids[0], generation, None), Now::at(s.now))
+        .is_ok());
+
+    // A static member: another incarnation's member id is fenced.
+    let mut st = Sim::new();
+    let mut a = Sim::join_args("", Some("inst"), &["range"]);
+    a.require_known_member_id = false;
+    let r = st.join(a);
+    st.settle();
+    let res = st.join_reply(r).expect("joined");
+    let now = Now::at(st.now);
+    let mut fenced = txn_args("g", 1, &[(0, 1)]);
+    fenced.member_id = "old-incarnation".into();
+    fenced.generation_id = res.generation_id;
+    fenced.group_instance_id = Some("inst".into());
+    assert_eq!(
+        st.c.handle_txn_offset_commit(7, fenced.clone(), now).err(),
+        Some(ErrorCode::FencedInstanceId)
+    );
+    fenced.member_id = res.member_id.clone();
+    assert!(st.c.handle_txn_offset_commit(7, fenced, now).is_ok());
+}
+
+/// Deleting an empty group (or one partition's offsets) writes tombstones for offsets pending
+/// in open transactions too; a COMMIT marker afterwards brings nothing back, and expiry keeps
+/// a group whose transaction is still open.
+#[test]
+fn tombstones_drop_pending_txn_offsets() {
+    let mut s = Sim::new();
+    let now = Now::at(s.now);
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 1, &[(0, 5), (1, 6)]), now)
+            .expect("accepted");
+    s.c.txn_commit_appended("g", ProducerId(1), &plan.accepted, 3);
+    let retention = s.c.config().offsets_retention_ms;
+    s.c.expire_offsets(Now::at(s.now + retention + 1), &mut s.out);
+    assert_eq!(
+        s.c.group_state("g"),
+        GroupState::Empty,
+        "kept while pending"
+    );
+    s.appends();
+    let res =
+        s.c.handle_offset_delete("g", vec![("t".into(), 0)], &mut s.out);
+    assert_eq!(res, Ok(vec![None]));
+    assert_eq!(s.appends().len(), 1, "a tombstone for the pending offset");
+    assert_eq!(fetched(&s.c, "g", 0, true), (-1, None));
+    assert_eq!(s.c.handle_delete_group("g", &mut s.out), None);
+    let records = s.appends();
+    assert_eq!(records.len(), 2, "offset and group tombstones: {records:?}");
+    s.c.complete_txn(7, ProducerId(1), TxnOutcome::Commit);
+    assert_eq!(fetched(&s.c, "g", 1, false), (-1, None));
+}
+
+/// A commit plan's accepted offsets.
+type Accepted = Vec<(String, i32, record::OffsetValue)>;
+
+/// One entry of the simulated `__consumer_offsets` log of the oracle test.
+#[derive(Debug, Clone)]
+enum Entry {
+    Record {
+        key: Bytes,
+        value: Option<Bytes>,
+        txn: Option<ProducerId>,
+    },
+    Marker(ProducerId, TxnOutcome),
+}
+
+/// What the log says, computed from the log alone (the oracle): for a partition, among the
+/// records after its last tombstone, the visible offset is the one of the latest record
+/// that is either a plain commit already applied or a transactional one whose transaction's
+/// marker (the producer's first marker after it) is COMMIT; it is unstable if a
+/// transactional record after the tombstone has no marker yet.
+fn oracle(log: &[Entry], applied: &[bool], partition: i32) -> (i64, bool) {
+    use crate::group::record::{decode_key, decode_offset, RecordKey};
+    let mut visible = -1;
+    let mut unstable = false;
+    for (i, e) in log.iter().enumerate() {
+        let Entry::Record { key, value, txn } = e else {
+            continue;
+        };
+        let Ok(RecordKey::Offset { partition: p, .. }) = decode_key(key) else {
+            continue;
+        };
+        if p != partition {
+            continue;
+        }
+        let Some(value) = value else {
+            visible = -1;
+            unstable = false;
+            continue;
+        };
+        let offset = decode_offset(value).expect("decodes").offset;
+        match txn {
+            None if applied[i] => visible = offset,
+            None => {}
+            Some(pid) => {
+                let end = log[i + 1..].iter().find_map(|e| match e {
+                    Entry::Marker(m, outcome) if m == pid => Some(*outcome),
+                    _ => None,
+                });
+                match end {
+                    Some(TxnOutcome::Commit) => visible = offset,
+                    Some(TxnOutcome::Abort) => {}
+                    None => unstable = true,
+                }
+            }
+        }
+    }
+    (visible, unstable)
+}
+
+/// Seeded random runs of plain commits (some made durable late), transactional commits of
+/// three producers, COMMIT/ABORT markers and offset deletions on one group: after every step
+/// the live coordinator answers OffsetFetch (with and without require_stable) as the oracle
+/// reads the log, and a coordinator loaded from the log at any point answers the same as the
+/// live one. The seed is printed on failure.
+#[test]
+fn txn_offsets_against_oracle_and_replay() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    const PARTITIONS: i32 = 3;
+    for seed in 0..40u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut c = Coordinator::new(GroupConfig::default());
+        let now = Now::at(1_000);
+        let mut log: Vec<Entry> = Vec::new();
+        let mut applied: Vec<bool> = Vec::new();
+        // Plain commits appended but not yet applied: (log index, accepted).
+        let mut late: Vec<(usize, Accepted)> = Vec::new();
+        let mut open = [false; 3];
+        for step in 0..200 {
+            let value = rng.gen_range(0..1_000_000i64);
+            let p = rng.gen_range(0..PARTITIONS);
+            match rng.gen_range(0..10) {
+                0..=2 => {
+                    let plan = c
+                        .handle_offset_commit(7, simple_commit("g", p, value), now)
+                        .expect("simple commit");
+                    for r in plan.records {
+                        log.push(Entry::Record {
+                            key: r.key,
+                            value: r.value,
+                            txn: None,
+                        });
+                        applied.push(false);
+                    }
+                    late.push((log.len() - 1, plan.accepted));
+                }
+                3..=5 => {
+                    let producer = rng.gen_range(0..3usize);
+                    let plan = c
+                        .handle_txn_offset_commit(
+                            7,
+                            txn_args("g", producer as i64, &[(p, value)]),
+                            now,
+                        )
+                        .expect("txn commit");
+                    let pid = ProducerId(producer as i64);
+                    for r in plan.records {
+                        log.push(Entry::Record {
+                            key: r.key,
+                            value: r.value,
+                            txn: Some(pid),
+                        });
+                        applied.push(false);
+                    }
+                    c.txn_commit_appended("g", pid, &plan.accepted, log.len() as i64 - 1);
+                    open[producer] = true;
+                }
+                6..=7 => {
+                    let producer = rng.gen_range(0..3usize);
+                    if !open[producer] {
+                        continue;
+                    }
+                    let outcome = if rng.gen_bool(0.5) {
+                        TxnOutcome::Commit
+                    } else {
+                        TxnOutcome::Abort
+                    };
+                    let pid = ProducerId(producer as i64);
+                    log.push(Entry::Marker(pid, outcome));
+                    applied.push(false);
+                    c.complete_txn(7, pid, outcome);
+                    open[producer] = false;
+                }
+                8 => {
+                    // Deletion happens with no plain commit in flight (a commit durable after
+                    // a later tombstone would be a race of its own).
+                    for (i, accepted) in late.drain(..) {
+                        c.apply_commit("g", 7, accepted, i as i64, now);
+                        applied[i] = true;
+                    }
+                    let mut out = Vec::new();
+                    if c.handle_offset_delete("g", vec![("t".into(), p)], &mut out)
+                        .is_err()
+                    {
+                        continue; // no group yet
+                    }
+                    for o in out {
+                        if let Output::Append { records, .. } = o {
+                            for r in records {
+                                log.push(Entry::Record {
+                                    key: r.key,
+                                    value: r.value,
+                                    txn: None,
+                                });
+                                applied.push(false);
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    // Plain commits become durable, in any order.
+                    while !late.is_empty() {
+                        let (i, accepted) = late.swap_remove(rng.gen_range(0..late.len()));
+                        c.apply_commit("g", 7, accepted, i as i64, now);
+                        applied[i] = true;
+                        if rng.gen_bool(0.5) {
+                            break;
+                        }
+                    }
+                }
+            }
+            for q in 0..PARTITIONS {
+                let (visible, unstable) = oracle(&log, &applied, q);
+                let stable = fetched(&c, "g", q, true);
+                let expected = if unstable {
+                    (-1, Some(ErrorCode::UnstableOffsetCommit))
+                } else {
+                    (visible, None)
+                };
+                assert_eq!(stable, expected, "seed {seed} step {step} partition {q}");
+                // Without require_stable: the last committed offset, pending or not.
+                assert_eq!(
+                    fetched(&c, "g", q, false),
+                    (visible, None),
+                    "seed {seed} step {step} partition {q}"
+                );
+            }
+            if late.is_empty() && rng.gen_bool(0.2) {
+                // A new coordinator loading the log so far answers as the live one.
+                let mut loaded = Coordinator::new(GroupConfig::default());
+                for (i, e) in log.iter().enumerate() {
+                    match e {
+                        Entry::Record { key, value, txn } => loaded
+                            .load_record(7, i as i64, *txn, key, value.as_deref(), now)
+                            .expect("decodes"),
+                        Entry::Marker(pid, outcome) => loaded.complete_txn(7, *pid, *outcome),
+                    }
+                }
+                loaded.finish_load(7, now);
+                for q in 0..PARTITIONS {
+                    for require_stable in [false, true] {
+                        assert_eq!(
+                            fetched(&loaded, "g", q, require_stable),
+                            fetched(&c, "g", q, require_stable),
+                            "replay: seed {seed} step {step} partition {q}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

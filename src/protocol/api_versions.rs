@@ -46,6 +46,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // Offsets committed inside a transaction (KIP-98; member fields v3+, KIP-447). v5 means
+    // the client relies on KIP-890's server-side transaction verification, not implemented.
+    (ApiKey::TxnOffsetCommit, 0, 4),
 ];
 
 /// The supported version range of `api`, if Strata implements it.

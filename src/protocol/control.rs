@@ -102,6 +102,17 @@ pub fn parse_end_txn_marker(batch: &[u8]) -> Result<Option<EndTxnMarker>, Marker
     }))
 }
 
+/// The outcome a control record's key names (`version i16, type i16`), for a reader that
+/// decoded the batch's records already (the group coordinator's replay); `None` for a short
+/// key or a control type that is not COMMIT or ABORT.
+pub fn control_key_outcome(key: &[u8]) -> Option<TxnOutcome> {
+    match read_i16(key, 2)? {
+        CONTROL_TYPE_ABORT => Some(TxnOutcome::Abort),
+        CONTROL_TYPE_COMMIT => Some(TxnOutcome::Commit),
+        _ => None,
+    }
+}
+
 /// Appends a zigzag varint.
 fn put_varint(out: &mut Vec<u8>, value: i64) {
     let mut raw = ((value << 1) ^ (value >> 63)) as u64;
@@ -171,6 +182,15 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use crate::protocol::record_batch::validate;
+
+    /// A control key's type maps to COMMIT or ABORT; other types and short keys to `None`.
+    #[test]
+    fn control_key_outcomes() {
+        assert_eq!(control_key_outcome(&[0, 0, 0, 1]), Some(TxnOutcome::Commit));
+        assert_eq!(control_key_outcome(&[0, 0, 0, 0]), Some(TxnOutcome::Abort));
+        assert_eq!(control_key_outcome(&[0, 0, 0, 3]), None);
+        assert_eq!(control_key_outcome(&[0, 0, 1]), None);
+    }
 
     /// A marker built here validates as a batch and parses back to the same marker, for
     /// both outcomes; its header says control + transactional, one record, no sequence.

@@ -176,6 +176,9 @@ mod tests {
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
             ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+            ApiKey::TxnOffsetCommit => {
+                RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default())
+            }
             ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
             ApiKey::OffsetForLeaderEpoch => {
                 RequestKind::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default())

@@ -254,6 +254,13 @@ pub async fn dispatch(
                 handlers::offset_commit::handle(&ctx, version, req).await
             })
         }
+        ApiKey::TxnOffsetCommit => {
+            let req: TxnOffsetCommitRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::txn_offset_commit::handle(&ctx, version, req).await
+            })
+        }
         ApiKey::OffsetFetch => {
             let req: OffsetFetchRequest = decode_body(&raw)?;
             respond(

@@ -37,10 +37,10 @@ use crate::clock::Now;
 use crate::group::{
     CommitArgs, Coordinator, ErrorCode, FetchedOffset, GroupDescription, GroupListing,
     HeartbeatArgs, JoinArgs, JoinResult, LeaveMember, LeaveResult, LogRecord, Output, RequestId,
-    SyncArgs, SyncResult, OFFSETS_TOPIC,
+    SyncArgs, SyncResult, TxnCommitArgs, OFFSETS_TOPIC,
 };
-use crate::protocol::control::TxnOutcome;
-use crate::protocol::producer::ProducerId;
+use crate::protocol::control::{control_key_outcome, TxnOutcome};
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
 use crate::storage::{AppendError, Partition};
 
 /// How often the coordinator's timers advance; session and rebalance timeouts are seconds,
@@ -76,9 +76,13 @@ pub enum GroupRequest {
         members: Vec<LeaveMember>,
     },
     Commit(CommitArgs),
+    /// TxnOffsetCommit; answered as `GroupReply::Commit`.
+    TxnCommit(TxnCommitArgs),
     Fetch {
         group_id: String,
         partitions: Option<Vec<(String, i32)>>,
+        /// OffsetFetch v7+: pending transactional offsets answer UNSTABLE_OFFSET_COMMIT.
+        require_stable: bool,
     },
     Describe(String),
     List {
@@ -269,14 +273,16 @@ async fn serve(ctx: &Rc<ShardCtx>, partition: i32, req: GroupRequest) -> GroupRe
             GroupReply::Leave(r)
         }
         GroupRequest::Commit(args) => commit(ctx, partition, args, now).await,
+        GroupRequest::TxnCommit(args) => txn_commit(ctx, partition, args, now).await,
         GroupRequest::Fetch {
             group_id,
             partitions,
-        } => GroupReply::Fetch(
-            gs.coordinator
-                .borrow()
-                .handle_offset_fetch(&group_id, partitions),
-        ),
+            require_stable,
+        } => GroupReply::Fetch(gs.coordinator.borrow().handle_offset_fetch(
+            &group_id,
+            partitions,
+            require_stable,
+        )),
         GroupRequest::Describe(group_id) => {
             GroupReply::Describe(gs.coordinator.borrow().describe(&group_id))
         }
@@ -327,24 +333,73 @@ async fn commit(ctx: &Rc<ShardCtx>, partition: i32, args: CommitArgs, now: Now) 
     if plan.records.is_empty() {
         return GroupReply::Commit(plan.results);
     }
-    let durable = match append(ctx, plan.partition, &plan.records) {
-        Some(wait) => wait.await,
-        None => false,
+    let durable = match append(ctx, plan.partition, &plan.records, None) {
+        Ok(wait) => wait.await,
+        Err(_) => None,
     };
-    if !durable {
+    let Some(log_offset) = durable else {
         let failed = plan
             .results
             .iter()
             .map(|r| Some(r.unwrap_or(ErrorCode::CoordinatorNotAvailable)))
             .collect();
         return GroupReply::Commit(failed);
-    }
-    ctx.groups
-        .coordinator
-        .borrow_mut()
-        .apply_commit(&group_id, plan.partition, plan.accepted, now);
+    };
+    ctx.groups.coordinator.borrow_mut().apply_commit(
+        &group_id,
+        plan.partition,
+        plan.accepted,
+        log_offset,
+        now,
+    );
     GroupReply::Commit(plan.results)
 }
+
+/// TxnOffsetCommit: the offsets are pending for the producer from the moment they are
+/// accepted; their records are appended as a transactional batch of the producer (so the
+/// partition tracks its open transaction and the WriteTxnMarkers marker closes it), acks=all.
+/// The producer's COMMIT or ABORT marker ends them (`complete_txn_offsets`).
+async fn txn_commit(
+    ctx: &Rc<ShardCtx>,
+    partition: i32,
+    args: TxnCommitArgs,
+    now: Now,
+) -> GroupReply {
+    let group_id = args.group_id.clone();
+    let count = args.offsets.len();
+    let producer = (args.producer_id, args.producer_epoch);
+    let plan = ctx
+        .groups
+        .coordinator
+        .borrow_mut()
+        .handle_txn_offset_commit(partition, args, now);
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => return GroupReply::Commit(vec![Some(e); count]),
+    };
+    if plan.records.is_empty() {
+        return GroupReply::Commit(plan.results);
+    }
+    let written = match append(ctx, plan.partition, &plan.records, Some(producer)) {
+        Ok(wait) => wait.await.ok_or(ErrorCode::CoordinatorNotAvailable),
+        Err(e) => Err(e),
+    };
+    let mut coordinator = ctx.groups.coordinator.borrow_mut();
+    match written {
+        Ok(log_offset) => {
+            coordinator.txn_commit_appended(&group_id, producer.0, &plan.accepted, log_offset);
+            GroupReply::Commit(plan.results)
+        }
+        Err(e) => {
+            coordinator.txn_commit_failed(&group_id, producer.0, &plan.accepted);
+            GroupReply::Commit(plan.results.iter().map(|r| Some(r.unwrap_or(e))).collect())
+        }
+    }
+}
+
+/// Resolves once an appended group batch is durable on the in-sync replicas, to the batch's
+/// last offset (`None`: it failed).
+type AppendWait = LocalBoxFuture<'static, Option<i64>>;
 
 type DurableWait = LocalBoxFuture<'static, bool>;
 
@@ -360,15 +415,15 @@ async fn wait_all(waits: Vec<DurableWait>) -> bool {
 /// Returns the durability waits of the appends (callers that must not answer before the
 /// records are durable await them; others let them run).
 fn run_outputs(ctx: &Rc<ShardCtx>, out: Vec<Output>) -> Vec<DurableWait> {
-    let mut waits = Vec::new();
+    let mut waits: Vec<DurableWait> = Vec::new();
     let mut syncs = Vec::new();
     for o in out {
         match o {
             Output::Join(id, r) => answer(ctx, id, GroupReply::Join(r)),
             Output::Sync(id, r) => syncs.push((id, r)),
             Output::Append { partition, records } => {
-                if let Some(w) = append(ctx, partition, &records) {
-                    waits.push(w);
+                if let Ok(w) = append(ctx, partition, &records, None) {
+                    waits.push(Box::pin(w.map(|o| o.is_some())));
                 }
             }
         }
@@ -410,52 +465,77 @@ fn answer(ctx: &ShardCtx, id: RequestId, reply: GroupReply) {
 
 /// Encodes `records` as one batch and appends it to `__consumer_offsets`-`partition` now (so
 /// appends keep the order of the state machine's decisions); the returned future resolves
-/// once the batch is durable (`false` on failure).
+/// once the batch is durable. With `txn`, the batch is transactional and carries that
+/// producer id and epoch (a TxnOffsetCommit); the log checks the epoch (an older one than it
+/// has seen is INVALID_PRODUCER_EPOCH). An append refused at once answers the error the
+/// commit gets, mapped as Kafka's coordinator maps log errors.
 ///
 /// When the log has no room (its staging buffer or the shard's memory budget is full, as
 /// under a produce load that outruns the disk), the batch waits for room, as a producer's
 /// does, for at most `GROUP_COMMIT_TIMEOUT`, instead of failing the commit: it joins the
 /// partition's queue of waiting appends, and so does every later append of the partition
 /// until the queue is empty, so the log keeps the decisions' order.
-fn append(ctx: &Rc<ShardCtx>, partition: i32, records: &[LogRecord]) -> Option<DurableWait> {
+fn append(
+    ctx: &Rc<ShardCtx>,
+    partition: i32,
+    records: &[LogRecord],
+    txn: Option<(ProducerId, ProducerEpoch)>,
+) -> Result<AppendWait, ErrorCode> {
     let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
         warn!(
             partition,
             "__consumer_offsets partition is not open on this shard"
         );
-        return None;
+        return Err(ErrorCode::NotCoordinator);
     };
     // Record timestamps are dates: wall time.
     let now = ctx.shared.clock.wall_ms();
-    let batch = match encode_batch(records, now) {
+    let batch = match encode_batch(records, now, txn) {
         Ok(b) => b,
         Err(e) => {
             warn!(partition, "cannot encode group records: {e}");
-            return None;
+            return Err(ErrorCode::UnknownServerError);
         }
     };
     let batch = batch.freeze();
     let queued = ctx.groups.waiting_appends.borrow().contains_key(&partition);
     if !queued {
-        match p.append(&batch, now) {
+        match p.append_coordinator(&batch, now) {
             Ok(o) => {
                 appended_locally(ctx, partition);
-                return Some(Box::pin(committed(p, partition, o.last_offset)));
+                return Ok(Box::pin(committed(p, partition, o.last_offset)));
             }
             Err(AppendError::Backpressure { .. }) => {}
             Err(e) => {
                 warn!(partition, "cannot append group records: {e}");
-                return None;
+                return Err(coordinator_error(e.error_code()));
             }
         }
     }
-    let appended = wait_for_room(ctx, partition, batch)?;
-    Some(Box::pin(async move {
+    let appended =
+        wait_for_room(ctx, partition, batch).ok_or(ErrorCode::CoordinatorNotAvailable)?;
+    Ok(Box::pin(async move {
         match appended.await {
             Ok(Some(last)) => committed(p, partition, last).await,
-            _ => false,
+            _ => None,
         }
     }))
+}
+
+/// Kafka's mapping of a log error met by a coordinator write to the error its client gets
+/// (`GroupCoordinatorService.handleOperationException`): retriable ones become
+/// COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR (the client looks for the coordinator
+/// again), sizes an UNKNOWN_SERVER_ERROR; the rest, INVALID_PRODUCER_EPOCH first, pass.
+fn coordinator_error(e: ErrorCode) -> ErrorCode {
+    match e {
+        ErrorCode::UnknownTopicOrPartition
+        | ErrorCode::NotEnoughReplicas
+        | ErrorCode::NotEnoughReplicasAfterAppend
+        | ErrorCode::RequestTimedOut => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        ErrorCode::MessageTooLarge | ErrorCode::RecordListTooLarge => ErrorCode::UnknownServerError,
+        other => other,
+    }
 }
 
 fn appended_locally(ctx: &Rc<ShardCtx>, partition: i32) {
@@ -466,16 +546,19 @@ fn appended_locally(ctx: &Rc<ShardCtx>, partition: i32) {
     super::replica::on_local_append(ctx, &tp);
 }
 
-/// Resolves once the group batch ending at `last` is durable and on every in-sync replica.
-async fn committed(p: Rc<Partition>, partition: i32, last: i64) -> bool {
+/// Resolves once the group batch ending at `last` is durable and on every in-sync replica,
+/// to `last` (`None`: it is not).
+async fn committed(p: Rc<Partition>, partition: i32, last: i64) -> Option<i64> {
     if let Err(e) = p.wait_durable(last).await {
         warn!(partition, "group records not durable: {e}");
-        return false;
+        return None;
     }
     // Committed means on every in-sync replica, as Kafka's acks=-1 appends of the
     // coordinator: a new coordinator must find what this one acknowledged.
     let deadline = Instant::now() + GROUP_COMMIT_TIMEOUT;
-    super::replica::wait_committed(&p, last, deadline).await
+    super::replica::wait_committed(&p, last, deadline)
+        .await
+        .then_some(last)
 }
 
 /// Queues `batch` behind the partition's waiting appends (starting its drainer if it is the
@@ -537,7 +620,7 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
                         "no room in the log within {GROUP_COMMIT_TIMEOUT:?}"
                     )),
                     Some(Err(e)) => Err(e.to_string()),
-                    Some(Ok(())) => match p.append(&batch, clock.wall_ms()) {
+                    Some(Ok(())) => match p.append_coordinator(&batch, clock.wall_ms()) {
                         Ok(o) => {
                             appended_locally(&ctx, partition);
                             Ok(o.last_offset)
@@ -570,21 +653,29 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
     }
 }
 
-fn encode_batch(records: &[LogRecord], now: i64) -> Result<BytesMut, String> {
+/// One batch of `records`; with `txn`, a transactional batch of that producer (Kafka's
+/// coordinator writes a TxnOffsetCommit's records so, with no sequence: the log checks only
+/// the epoch of a coordinator's batch).
+fn encode_batch(
+    records: &[LogRecord],
+    now: i64,
+    txn: Option<(ProducerId, ProducerEpoch)>,
+) -> Result<BytesMut, String> {
+    let (producer_id, producer_epoch) = txn.unwrap_or((ProducerId::NONE, ProducerEpoch::NONE));
     let recs: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, r)| Record {
-            transactional: false,
+            transactional: txn.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id: producer_id.0,
+            producer_epoch: producer_epoch.0,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             // offset - sequence is constant so the encoder keeps one batch; the base
-            // sequence is -1 (no producer), as for any non-idempotent batch.
+            // sequence is -1 (no sequence), as for any non-idempotent batch.
             sequence: i as i32 - 1,
             timestamp: now,
             key: Some(r.key.clone()),
@@ -785,21 +876,30 @@ pub fn become_coordinator(ctx: &Rc<ShardCtx>, partition: i32) {
 /// with `require_stable` answers UNSTABLE_OFFSET_COMMIT for them. Called once per marker,
 /// after the marker is durable, never for another topic.
 ///
-/// Pending transactional offsets are the coordinator side's (TxnOffsetCommit, issue 13): with
-/// none kept yet there is nothing to complete.
+/// While the partition's groups are still loading, nothing is done here: the marker is in
+/// the log already (appended before its durability was awaited) and the load reads up to
+/// the log end as it is when the load ends, so it applies the marker itself, in log order.
 pub fn complete_txn_offsets(
     ctx: &Rc<ShardCtx>,
     partition: i32,
     producer_id: ProducerId,
     outcome: TxnOutcome,
 ) {
+    let loaded = ctx.groups.led.borrow().get(&partition).copied();
     tracing::debug!(
         shard = ctx.id,
         partition,
         producer_id = producer_id.0,
         ?outcome,
+        ?loaded,
         "transaction marker on __consumer_offsets"
     );
+    if loaded == Some(true) {
+        ctx.groups
+            .coordinator
+            .borrow_mut()
+            .complete_txn(partition, producer_id, outcome);
+    }
 }
 
 /// Waits (bounded) until every coordinator partition this shard leads has loaded, so a
@@ -830,10 +930,16 @@ async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -
     // To the log end, as Kafka does: a new leader never truncates its own log, so records
     // past the high watermark become committed once the followers catch up. `read` would
     // stop at the local HW, which on a follower just promoted lags the old leader's: the
-    // last commits the old coordinator acknowledged would be missing.
-    let end = p.log_end_offset();
+    // last commits the old coordinator acknowledged would be missing. The end is read again
+    // each round: transaction markers may be appended while loading (WriteTxnMarkers is not
+    // refused then), and the load must apply them (see `complete_txn_offsets`); the last
+    // check and the caller's switch to "loaded" run with no await between them.
     let mut count = 0;
-    while offset < end {
+    loop {
+        let end = p.log_end_offset();
+        if offset >= end {
+            break;
+        }
         let read = match p.read_bounded(offset, LOAD_READ_BYTES, end).await {
             Ok(r) => r,
             Err(e) => {
@@ -864,11 +970,27 @@ async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -
             let mut coordinator = ctx.groups.coordinator.borrow_mut();
             for r in set.records {
                 offset = offset.max(r.offset + 1);
+                let producer = ProducerId(r.producer_id);
                 if r.control {
+                    // A transaction marker ends the producer's pending offsets here, in log
+                    // order, as it did live.
+                    let outcome = r.key.as_deref().and_then(control_key_outcome);
+                    if let (Some(outcome), false) = (outcome, producer.is_none()) {
+                        coordinator.complete_txn(partition, producer, outcome);
+                    }
                     continue;
                 }
                 let Some(key) = r.key else { continue };
-                if let Err(e) = coordinator.load_record(partition, &key, r.value.as_deref(), now) {
+                let txn = (r.transactional && !producer.is_none()).then_some(producer);
+                let loaded = coordinator.load_record(
+                    partition,
+                    r.offset,
+                    txn,
+                    &key,
+                    r.value.as_deref(),
+                    now,
+                );
+                if let Err(e) = loaded {
                     warn!(partition, offset = r.offset, "skipping group record: {e}");
                 }
                 count += 1;

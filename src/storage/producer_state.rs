@@ -124,6 +124,17 @@ pub enum MarkerRefused {
     },
 }
 
+/// Who wrote a batch a leader appends (Kafka's `AppendOrigin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOrigin {
+    /// A producer's batch (Produce): sequences are checked.
+    Client,
+    /// A coordinator's own batch (the group coordinator's transactional offset commits):
+    /// it carries no sequence (the client never numbered it), so only the producer epoch
+    /// is checked, as Kafka does for `AppendOrigin.COORDINATOR`.
+    Coordinator,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// producer_id < 0: append without bookkeeping.
@@ -338,12 +349,33 @@ impl ProducerStateTable {
     }
 
     pub fn check(&self, b: &BatchIdentity) -> Result<Verdict, SequenceError> {
+        self.check_from(b, AppendOrigin::Client)
+    }
+
+    /// `check` for a batch written by `origin`: a coordinator's batch has its epoch checked
+    /// and nothing else (no sequence, no duplicate detection).
+    pub fn check_from(
+        &self,
+        b: &BatchIdentity,
+        origin: AppendOrigin,
+    ) -> Result<Verdict, SequenceError> {
         if b.producer_id < 0 {
             return Ok(Verdict::NotIdempotent);
         }
         let Some(entry) = self.producers.get(&b.producer_id) else {
             return Ok(Verdict::Append);
         };
+        if origin == AppendOrigin::Coordinator {
+            return if b.epoch < entry.epoch {
+                Err(SequenceError::InvalidProducerEpoch {
+                    producer_id: b.producer_id,
+                    epoch: b.epoch,
+                    current: entry.epoch,
+                })
+            } else {
+                Ok(Verdict::Append)
+            };
+        }
         // Duplicates first, as Kafka does: a retried batch of the current epoch.
         if b.epoch == entry.epoch {
             if let Some(d) = entry
@@ -511,6 +543,42 @@ mod tests {
             last_seq,
             transactional: false,
         }
+    }
+
+    /// A coordinator's batches (no sequence) are checked on their epoch only: repeated
+    /// NO_SEQUENCE batches are neither duplicates nor out of order, an older epoch is
+    /// refused, and the first transactional one opens the producer's transaction.
+    #[test]
+    fn coordinator_batches_check_the_epoch_only() {
+        let mut t = ProducerStateTable::default();
+        let txn = BatchIdentity {
+            transactional: true,
+            ..id(9, 3, -1, -1)
+        };
+        for offset in [10, 11] {
+            assert_eq!(
+                t.check_from(&txn, AppendOrigin::Coordinator),
+                Ok(Verdict::Append)
+            );
+            t.record(&txn, offset, offset);
+        }
+        assert_eq!(t.open_txn_first_offset(9), Some(10));
+        // The same batch from a client would be taken for a duplicate.
+        assert!(matches!(t.check(&txn), Ok(Verdict::Duplicate { .. })));
+        let stale = BatchIdentity { epoch: 2, ..txn };
+        assert_eq!(
+            t.check_from(&stale, AppendOrigin::Coordinator),
+            Err(SequenceError::InvalidProducerEpoch {
+                producer_id: 9,
+                epoch: 2,
+                current: 3
+            })
+        );
+        let newer = BatchIdentity { epoch: 4, ..txn };
+        assert_eq!(
+            t.check_from(&newer, AppendOrigin::Coordinator),
+            Ok(Verdict::Append)
+        );
     }
 
     /// Table-driven: each case sets up a history of appended batches, then checks one batch

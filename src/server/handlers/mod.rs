@@ -30,6 +30,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
 use kafka_protocol::messages::TopicName;

@@ -1,5 +1,7 @@
 //! OffsetFetch: v0-v7 ask about one group, v8+ about several (each routed to its own
-//! coordinator). `topics: null` means every committed offset of the group.
+//! coordinator). `topics: null` means every committed offset of the group. With
+//! `require_stable` (v7+, KIP-447) a partition whose offset is pending in an open transaction
+//! answers UNSTABLE_OFFSET_COMMIT (a partition-level error; the consumer retries).
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -16,10 +18,12 @@ async fn fetch(
     ctx: &Rc<ShardCtx>,
     group_id: &str,
     partitions: Option<Vec<(String, i32)>>,
+    require_stable: bool,
 ) -> Result<Vec<FetchedOffset>, ErrorCode> {
     let req = GroupRequest::Fetch {
         group_id: group_id.to_string(),
         partitions,
+        require_stable,
     };
     match call_group(ctx, group_id, req).await {
         GroupReply::Fetch(r) => Ok(r),
@@ -46,7 +50,7 @@ fn topics_response(
                             let p = OffsetFetchResponsePartition::default()
                                 .with_partition_index(o.partition)
                                 .with_committed_offset(o.offset);
-                            match error {
+                            match error.or(o.error) {
                                 Some(e) => p.with_error_code(e.code()),
                                 None => p
                                     .with_committed_leader_epoch(o.leader_epoch)
@@ -94,7 +98,7 @@ pub async fn handle(
                     })
                     .collect()
             });
-            let entry = match fetch(ctx, &group_id, partitions).await {
+            let entry = match fetch(ctx, &group_id, partitions, req.require_stable).await {
                 Ok(offsets) => OffsetFetchResponseGroup::default()
                     .with_group_id(GroupId(str_bytes(&group_id)))
                     .with_topics(
@@ -113,6 +117,9 @@ pub async fn handle(
                                                     .with_metadata(
                                                         o.metadata.as_deref().map(str_bytes),
                                                     )
+                                                    .with_error_code(crate::protocol::error::code(
+                                                        o.error,
+                                                    ))
                                             })
                                             .collect(),
                                     )
@@ -136,7 +143,7 @@ pub async fn handle(
             })
             .collect::<Vec<_>>()
     });
-    match fetch(ctx, &group_id, partitions.clone()).await {
+    match fetch(ctx, &group_id, partitions.clone(), req.require_stable).await {
         Ok(offsets) => OffsetFetchResponse::default().with_topics(topics_response(offsets, None)),
         Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => {
@@ -150,6 +157,7 @@ pub async fn handle(
                     offset: -1,
                     leader_epoch: -1,
                     metadata: None,
+                    error: None,
                 })
                 .collect();
             OffsetFetchResponse::default().with_topics(topics_response(offsets, Some(e)))

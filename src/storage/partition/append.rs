@@ -23,7 +23,7 @@ use crate::protocol::record_batch::{
 };
 use crate::storage::budget::{Charge, MemoryClass};
 use crate::storage::producer_state::{
-    BatchIdentity, CompletedTxn, MarkerRefused, SequenceError, Verdict,
+    AppendOrigin, BatchIdentity, CompletedTxn, MarkerRefused, SequenceError, Verdict,
 };
 use crate::storage::recovery::offset_follows;
 use crate::storage::segment::Segment;
@@ -123,7 +123,28 @@ impl Partition {
         batch: impl AsRef<[u8]>,
         now_ms: i64,
     ) -> Result<AppendOutcome, AppendError> {
-        let input = batch.as_ref();
+        self.append_from(batch.as_ref(), now_ms, AppendOrigin::Client)
+    }
+
+    /// `append` of a batch the broker's own coordinator wrote (Kafka's
+    /// `AppendOrigin.COORDINATOR`): a transactional offset commit carries the producer's id
+    /// and epoch but no sequence, so only the epoch is checked (an older one is
+    /// `InvalidProducerEpoch`); its first transactional batch opens the producer's
+    /// transaction on this partition as a client's would.
+    pub fn append_coordinator(
+        &self,
+        batch: impl AsRef<[u8]>,
+        now_ms: i64,
+    ) -> Result<AppendOutcome, AppendError> {
+        self.append_from(batch.as_ref(), now_ms, AppendOrigin::Coordinator)
+    }
+
+    fn append_from(
+        &self,
+        input: &[u8],
+        now_ms: i64,
+        origin: AppendOrigin,
+    ) -> Result<AppendOutcome, AppendError> {
         let header = BatchHeader::parse(input).map_err(AppendError::CorruptMessage)?;
         if header.total_len() != input.len() {
             return Err(AppendError::CorruptMessage(BatchError::BadLength {
@@ -222,7 +243,7 @@ impl Partition {
             },
             ..BatchIdentity::of(&header)
         };
-        match inner.producers.check(&id) {
+        match inner.producers.check_from(&id, origin) {
             Ok(Verdict::Duplicate {
                 base_offset,
                 last_offset,
