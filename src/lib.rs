@@ -5,6 +5,8 @@
 //! on an upward one or a cycle.
 //! - [`limits`], [`clock`], [`alloc`]: every named bound; time passed in (monotonic for
 //!   timeouts, wall for dates); the global allocator.
+//! - [`metrics`]: Prometheus metrics, sans-IO: the per-shard registry (plain cells), the
+//!   snapshots a scrape gathers, the text exposition format.
 //! - [`protocol`]: Kafka wire format — framing, record batches, error codes, API versions. Pure.
 //! - [`replication`]: ISR, high watermark and leader epochs as sans-IO state machines.
 //! - [`group`]: the consumer-group coordinator as a sans-IO state machine, and its records.
@@ -37,6 +39,7 @@ pub mod config;
 pub mod group;
 pub mod ingest;
 pub mod limits;
+pub mod metrics;
 pub mod protocol;
 pub mod replication;
 pub mod server;

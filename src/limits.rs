@@ -154,3 +154,15 @@ pub const INGEST_DROP_LOG_INTERVAL_MS: u64 = 10_000;
 /// Attempts to append an ingestion batch whose append failed with a retriable error (not
 /// leader yet, timed out, partition still opening) before its records are reported failed.
 pub const INGEST_APPEND_ATTEMPTS_MAX: u32 = 5;
+
+/// Kafka API keys the request counters and latency histograms have a slot for (Kafka's
+/// keys are below 100). A request with a larger key is counted in no slot: it is refused
+/// anyway, and the arrays stay fixed-size so recording is a plain index, never a map.
+pub const METRICS_API_KEYS_MAX: usize = 128;
+
+/// Connections one shard's metrics listener serves at once; more are accepted and closed.
+/// Scrapers hold one or two; the bound keeps a misbehaving client from pinning sockets.
+pub const METRICS_CONNECTIONS_PER_SHARD_MAX: usize = 16;
+
+/// Longest metrics request head (a scrape is one short GET); longer is answered 431.
+pub const METRICS_HEAD_BYTES_MAX: usize = 8 * 1024;

@@ -21,6 +21,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("limits", &[]),
     ("clock", &[]),
     ("alloc", &["limits"]),
+    // Prometheus metrics: the per-shard registry, snapshots and the text format (sans-IO).
+    ("metrics", &["limits"]),
     ("protocol", &["limits", "alloc"]),
     ("replication", &["limits", "clock", "protocol"]),
     ("group", &["limits", "clock", "protocol"]),
@@ -29,7 +31,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("txn", &["limits", "clock", "protocol", "group"]),
     (
         "storage",
-        &["limits", "clock", "alloc", "protocol", "replication"],
+        &[
+            "limits",
+            "clock",
+            "alloc",
+            "protocol",
+            "replication",
+            "metrics",
+        ],
     ),
     // Syslog/RELP/HTTP ingestion parsers and record mapping: sans-IO.
     ("ingest", &["limits", "protocol"]),
@@ -57,6 +66,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "config",
             "cluster",
             "ingest",
+            "metrics",
         ],
     ),
     (
@@ -74,6 +84,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cluster",
             "shard",
             "ingest",
+            "metrics",
         ],
     ),
     (

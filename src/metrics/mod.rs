@@ -1,0 +1,133 @@
+//! Prometheus metrics, sans-IO: the per-shard registry the data path records into
+//! (`registry`), the snapshots a scrape gathers from every shard, the text exposition format
+//! 0.0.4 they are rendered in (`render`), the `/proc/self` parsers for the process metrics
+//! (`process`) and the routes of the metrics listener (`route`).
+//!
+//! Thread-per-core: each shard records into its own registry with plain `Cell`s (no atomic,
+//! no lock on the produce or fetch path), and a scrape asks every shard over the mesh for a
+//! snapshot of its registry and its partitions, then merges and renders them. Nothing here
+//! does I/O or knows the executor: the shard reads its state into a `ShardSnapshot`, the
+//! server renders a `BrokerSnapshot` into text.
+//!
+//! Cardinality is bounded: series are per Kafka API (at most `METRICS_API_KEYS_MAX`), per
+//! topic and partition this broker holds, and per shard; never per client or per request.
+pub mod process;
+pub mod registry;
+pub mod render;
+
+pub use registry::{
+    with, HistogramSnapshot, PartitionTraffic, ShardMetrics, LATENCY_BOUNDS_US, LATENCY_BUCKETS,
+};
+
+/// What one shard reports to a scrape: its registry's counts and its partitions' state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShardSnapshot {
+    pub shard: usize,
+    /// Per Kafka API key seen on this shard (only keys with at least one request).
+    pub apis: Vec<ApiSnapshot>,
+    pub connections_open: u64,
+    pub connections_accepted: u64,
+    pub connections_refused: u64,
+    pub fsync: HistogramSnapshot,
+    pub cleaner_bytes_read: u64,
+    pub cleaner_bytes_written: u64,
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
+    /// Consumer groups this shard coordinates.
+    pub consumer_groups: u64,
+    /// Replicas assigned here whose log could not be opened.
+    pub offline_replicas: u64,
+    pub memory_used_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub partitions: Vec<PartitionSnapshot>,
+}
+
+/// One Kafka API's counts on one shard.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiSnapshot {
+    pub api_key: i16,
+    pub requests: u64,
+    pub errors: u64,
+    pub latency: HistogramSnapshot,
+}
+
+/// One partition replica's state and traffic, as its shard holds it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub log_start_offset: i64,
+    pub size_bytes: u64,
+    pub bytes_in: u64,
+    pub records_in: u64,
+    pub bytes_out: u64,
+    /// This broker leads the partition.
+    pub leader: bool,
+    /// Led here with fewer replicas in sync than assigned (Kafka's UnderReplicatedPartitions).
+    pub under_replicated: bool,
+}
+
+/// The data directory's filesystem, as the broker last measured it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskSnapshot {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    pub reserve_bytes: u64,
+}
+
+/// Everything one scrape renders.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BrokerSnapshot {
+    pub node_id: i32,
+    pub shards: Vec<ShardSnapshot>,
+    pub disk: DiskSnapshot,
+    /// `None` when `/proc/self` could not be read.
+    pub process: Option<process::ProcessSnapshot>,
+}
+
+/// What a request to the metrics listener asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /metrics`: the exposition.
+    Metrics,
+    /// `GET /v1/status/ready`: 200 once the broker serves (Redpanda's path, for load
+    /// balancers).
+    Ready,
+    NotFound,
+    MethodNotAllowed,
+}
+
+/// Routes a request by method and path (query string already cut). `HEAD` is accepted
+/// wherever `GET` is, as HTTP servers must.
+pub fn route(method: &str, path: &str) -> Route {
+    let known = match path {
+        "/metrics" => Route::Metrics,
+        "/v1/status/ready" => Route::Ready,
+        _ => return Route::NotFound,
+    };
+    match method {
+        "GET" | "HEAD" => known,
+        _ => Route::MethodNotAllowed,
+    }
+}
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        // Proves the two paths, HEAD as GET, 405 for other methods on them, 404 elsewhere.
+        assert_eq!(route("GET", "/metrics"), Route::Metrics);
+        assert_eq!(route("HEAD", "/metrics"), Route::Metrics);
+        assert_eq!(route("GET", "/v1/status/ready"), Route::Ready);
+        assert_eq!(route("POST", "/metrics"), Route::MethodNotAllowed);
+        assert_eq!(route("GET", "/metrics/"), Route::NotFound);
+        assert_eq!(route("GET", "/"), Route::NotFound);
+    }
+}
