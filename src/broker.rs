@@ -236,6 +236,13 @@ async fn shard_main(
             return;
         }
     };
+    let metrics_listener = match crate::server::metrics_http::bind(&ctx) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready_tx.send(Err(e));
+            return;
+        }
+    };
     info!(shard, listen = %shared.config.listen, "shard ready");
     let _ = ready_tx.send(Ok(()));
 
@@ -247,6 +254,9 @@ async fn shard_main(
     let group_ticker = glommio::spawn_local(crate::shard::groups::ticker(ctx.clone())).detach();
     let metadata = glommio::spawn_local(crate::shard::replica::metadata_loop(ctx.clone())).detach();
     let ingest = crate::server::ingest::start(&ctx, ingest_sockets, admission.clone());
+    let metrics = metrics_listener.map(|l| {
+        glommio::spawn_local(crate::server::metrics_http::accept_loop(ctx.clone(), l)).detach()
+    });
     let acceptor =
         glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener, admission)).detach();
 
@@ -256,6 +266,9 @@ async fn shard_main(
     ctx.shutting_down.set(true);
     ctx.shutdown_notify.notify_all();
     acceptor.cancel();
+    if let Some(t) = metrics {
+        t.cancel();
+    }
     for task in ingest {
         task.cancel();
     }

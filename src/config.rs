@@ -186,6 +186,9 @@ pub struct Config {
     pub syslog_connections_max: usize,
     /// HTTP produce listener (`POST /topics/{topic}`), `HOST:PORT`; empty = off.
     pub http_listen: String,
+    /// Prometheus metrics listener (`GET /metrics`, text format 0.0.4, and
+    /// `GET /v1/status/ready`), `HOST:PORT`; empty = off.
+    pub metrics_listen: String,
     /// How long a record received by syslog or HTTP waits for more to fill its partition's
     /// batch before the batch is appended.
     pub ingest_linger_ms: u64,
@@ -273,6 +276,7 @@ impl Default for Config {
             syslog_message_max_bytes: 65_536,
             syslog_connections_max: 20_000,
             http_listen: String::new(),
+            metrics_listen: String::new(),
             ingest_linger_ms: 5,
             log_cleaner_enable: true,
             log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
@@ -321,6 +325,7 @@ pub struct Overrides {
     pub controller_listen: Option<String>,
     pub controller_voters: Option<String>,
     pub rack: Option<String>,
+    pub metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -392,6 +397,7 @@ impl Config {
             (&mut config.controller_listen, &flags.controller_listen),
             (&mut config.controller_voters, &flags.controller_voters),
             (&mut config.rack, &flags.rack),
+            (&mut config.metrics_listen, &flags.metrics_listen),
         ] {
             if let Some(v) = flag {
                 *slot = v.clone();
@@ -536,7 +542,22 @@ impl Config {
             ));
         }
         self.ingest_settings()?;
+        self.metrics_address()?;
         Ok(())
+    }
+
+    /// The metrics listener's address, if it is on.
+    pub fn metrics_address(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.metrics_listen.is_empty() {
+            return Ok(None);
+        }
+        self.metrics_listen
+            .parse::<SocketAddr>()
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid {
+                key: "metrics_listen".into(),
+                message: format!("{:?}: {e}", self.metrics_listen),
+            })
     }
 
     /// The syslog listeners, the routing table and the HTTP address, validated.

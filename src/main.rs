@@ -70,6 +70,9 @@ struct ServeArgs {
     /// This broker's rack (replicas are spread across racks)
     #[arg(long, value_name = "RACK")]
     rack: Option<String>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics [default: off]
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
     /// Config file (TOML; see config/strata.toml for every setting)
     #[arg(long, value_name = "FILE", env = "STRATA_CONFIG")]
     config: Option<PathBuf>,
@@ -113,6 +116,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         controller_listen: args.controller_listen,
         controller_voters: args.controller_voters,
         rack: args.rack,
+        metrics_listen: args.metrics_listen,
     };
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     let listen = config.listen.clone();

@@ -62,9 +62,9 @@ pub enum ConnectionError {
     Idle { idle_ms: u64 },
 }
 
-/// A request handed to the writer: its response, and the request bytes it holds in the
-/// shard's budget until that response is written.
-type Queued = (PendingResponse, Charge);
+/// A request handed to the writer: its response, the request bytes it holds in the shard's
+/// budget until that response is written, and its API key and arrival (for the metrics).
+type Queued = (PendingResponse, Charge, i16, Instant);
 
 /// What the reader and the writer of one connection share: requests queued but not yet
 /// answered, and when the connection last did anything (for the idle timeout).
@@ -100,8 +100,11 @@ pub async fn serve(
     };
 
     let writing = pin!(async {
-        while let Some((pending, request_bytes)) = rx.recv().await {
-            match pending.await {
+        while let Some((pending, request_bytes, api_key, arrived)) = rx.recv().await {
+            let answered = pending.await;
+            let latency_us = u64::try_from(arrived.elapsed().as_micros()).unwrap_or(u64::MAX);
+            crate::metrics::with(|m| m.request(api_key, latency_us, answered.is_err()));
+            match answered {
                 Ok(Some(chunks)) => {
                     // Already held: counted (not waited for) until written.
                     let len = chunks.iter().map(|c| c.len()).sum();
@@ -140,15 +143,26 @@ pub async fn serve(
                 Err(e) => return Err(e),
             };
             activity.touch();
+            let arrived = Instant::now();
+            // The request header's first field; a frame too short for it is refused below.
+            let api_key = frame
+                .get(..2)
+                .and_then(|b| <[u8; 2]>::try_from(b).ok())
+                .map_or(-1, i16::from_be_bytes);
             let pending = match dispatch::dispatch(ctx, frame, &peer).await {
                 Ok(p) => p,
                 Err(e) => {
+                    crate::metrics::with(|m| m.request_refused(api_key));
                     warn!(%peer, "closing connection: {e}");
                     return Err(e.into());
                 }
             };
             activity.in_flight.set(activity.in_flight.get() + 1);
-            if tx.send((pending, request_bytes)).await.is_err() {
+            if tx
+                .send((pending, request_bytes, api_key, arrived))
+                .await
+                .is_err()
+            {
                 // The writer failed (peer gone); stop reading.
                 return Ok(());
             }

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod handlers;
 pub mod ingest;
+pub mod metrics_http;
 pub mod route;
 pub mod vectored;
 
@@ -43,11 +44,13 @@ pub async fn accept_loop(
                     Ok(slot) => slot,
                     Err(refusal) => {
                         drop(stream);
+                        crate::metrics::with(|m| m.connection_refused());
                         refusals.note(ctx.id, &refusal);
                         continue;
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                crate::metrics::with(|m| m.connection_accepted());
                 let ctx = ctx.clone();
                 ctx.connections.set(ctx.connections.get() + 1);
                 glommio::spawn_local(async move {

@@ -128,7 +128,11 @@ async fn cleaner_loop(ctx: Rc<ShardCtx>) {
         };
         let started = Instant::now();
         match p.clean(&mut map, now_ms, &mut throttle).await {
-            Ok(Some(report)) => info!(
+            Ok(Some(report)) => {
+                crate::metrics::with(|m| {
+                    m.cleaned(report.stats.bytes_read, report.stats.bytes_written)
+                });
+                info!(
                 topic = %topic,
                 partition = i,
                 dirty_ratio = plan.dirty_ratio(),
@@ -144,7 +148,8 @@ async fn cleaner_loop(ctx: Rc<ShardCtx>) {
                 swap_ms = report.times.swap.as_millis() as u64,
                 paced_ms = report.times.paced.as_millis() as u64,
                 "log cleaned"
-            ),
+                )
+            }
             Ok(None) => glommio::timer::sleep(backoff).await,
             Err(e) => {
                 warn!("log cleaner on {topic}-{i}: {e}");

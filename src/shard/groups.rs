@@ -147,6 +147,11 @@ impl GroupShard {
         }
     }
 
+    /// Groups this shard's coordinator holds (for the metrics).
+    pub fn group_count(&self) -> usize {
+        self.coordinator.borrow().group_count()
+    }
+
     /// Registers a deferred answer; `None` if too many are pending.
     fn register(&self) -> Option<(RequestId, oneshot::Receiver<GroupReply>)> {
         let mut waiters = self.waiters.borrow_mut();

@@ -9,6 +9,7 @@
 pub mod cleaner;
 pub mod groups;
 pub mod mesh;
+pub mod metrics;
 pub mod ops;
 pub mod partition_service;
 pub mod peer;

@@ -19,6 +19,8 @@ use super::{ShardCtx, TopicPartition};
 use crate::storage::LogConfig;
 
 pub enum ShardOp {
+    /// A snapshot of the shard's metrics and partitions, for a scrape.
+    Metrics,
     Produce {
         acks: i16,
         timeout_ms: i32,
@@ -86,6 +88,7 @@ pub enum ShardReply {
     LogDirs(Vec<LogDirResult>),
     Done(Result<(), String>),
     Group(super::groups::GroupReply),
+    Metrics(Box<crate::metrics::ShardSnapshot>),
     /// The target shard is gone (shutting down).
     Unavailable,
 }
@@ -94,6 +97,9 @@ pub enum ShardReply {
 pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardReply> {
     let ctx = ctx.clone();
     match op {
+        ShardOp::Metrics => {
+            Box::pin(async move { ShardReply::Metrics(Box::new(super::metrics::snapshot(&ctx))) })
+        }
         ShardOp::Produce {
             acks,
             timeout_ms,

@@ -200,6 +200,11 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
             p.read(part.offset, part.max_bytes).await
         }
     };
+    if let (Ok(r), true) = (&read, part.replica_id < 0) {
+        // Consumers' reads only: a follower's fetch is replication, not client traffic.
+        let bytes: usize = r.chunks.iter().map(|c| c.len()).sum();
+        p.traffic.fetched(bytes as u64);
+    }
     match read {
         Ok(r) => FetchResult {
             error: None,

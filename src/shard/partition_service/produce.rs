@@ -449,6 +449,14 @@ impl Appending {
             // and patches (base offset, leader epoch) in place.
             match self.partition.append(slice, now) {
                 Ok(o) => {
+                    // One add per batch; its record count comes from its offsets.
+                    let records = o
+                        .last_offset
+                        .saturating_sub(o.base_offset)
+                        .saturating_add(1);
+                    self.partition
+                        .traffic
+                        .appended(slice.len() as u64, u64::try_from(records).unwrap_or(0));
                     self.next += 1;
                     self.last_offset = o.last_offset;
                     if self.first.is_none() {

@@ -149,6 +149,19 @@ impl Replicas {
         }
     }
 
+    /// For the metrics: `Some(under-replicated)` if this broker leads `tp`.
+    pub fn led_under_replicated(&self, tp: &TopicPartition) -> Option<bool> {
+        match self.roles.borrow().get(tp) {
+            Some(Role::Leader(l)) => Some(l.state.isr().len() < l.state.replicas().len()),
+            _ => None,
+        }
+    }
+
+    /// Replicas assigned here whose log is offline.
+    pub fn offline_count(&self) -> usize {
+        self.offline.borrow().len()
+    }
+
     fn leader_commands(
         &self,
         tp: &TopicPartition,

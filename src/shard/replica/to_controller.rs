@@ -44,7 +44,8 @@ pub(super) async fn alter_isr(
                     if s.leader_epoch() != leader_epoch {
                         return Vec::new();
                     }
-                    match (&state, status.is_ok()) {
+                    let isr_before = s.isr().len();
+                    let cmds = match (&state, status.is_ok()) {
                         (Some(st), true) => s.handle_isr_committed(
                             NodeId::from_wire_list(&st.isr),
                             st.partition_epoch,
@@ -63,7 +64,15 @@ pub(super) async fn alter_isr(
                                 st.partition_epoch,
                             ),
                         _ => Vec::new(),
-                    }
+                    };
+                    // Kafka's IsrShrinksPerSec / IsrExpandsPerSec, counted by the leader.
+                    let isr_after = s.isr().len();
+                    crate::metrics::with(|m| match isr_after.cmp(&isr_before) {
+                        std::cmp::Ordering::Less => m.isr_shrink(),
+                        std::cmp::Ordering::Greater => m.isr_expand(),
+                        std::cmp::Ordering::Equal => {}
+                    });
+                    cmds
                 });
                 if let Some((p, cmds)) = cmds {
                     run_leader_commands(&ctx, &tp, &p, cmds);

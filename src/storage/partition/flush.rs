@@ -307,9 +307,11 @@ impl Partition {
             if sync || sealed {
                 // Everything up to `end_offset` was in `data` or written before: one fsync
                 // covers every batch staged when this pass copied the buffer (group commit).
+                let started = std::time::Instant::now();
                 file.sync_data()
                     .await
                     .map_err(|e| Error::io(&path, "fdatasync", e))?;
+                crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
                 // Before any index or producer checkpoint below: recovery relies on data
@@ -335,9 +337,11 @@ impl Partition {
             file.truncate(size)
                 .await
                 .map_err(|e| Error::io(&path, "truncate", e))?;
+            let started = std::time::Instant::now();
             file.sync_data()
                 .await
                 .map_err(|e| Error::io(&path, "fdatasync", e))?;
+            crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
             let (index, time_index, snapshot, aborted) = {
                 let mut inner = self.inner.borrow_mut();
                 let Some(seg) = inner.segments.get_mut(&base) else {
@@ -364,4 +368,9 @@ impl Partition {
             glommio::yield_if_needed().await;
         }
     }
+}
+
+/// Microseconds since `started`, for the fsync latency histogram.
+fn elapsed_us(started: std::time::Instant) -> u64 {
+    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
 }

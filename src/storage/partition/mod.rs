@@ -185,6 +185,9 @@ pub struct Partition {
     /// pass. Persisted in `cleaner-offset-checkpoint`, read on first use.
     cleaner_checkpoint: Cell<Option<i64>>,
     cleaner_checkpoint_loaded: Cell<bool>,
+    /// Client bytes and records in and out, for the metrics endpoint (the shard's produce
+    /// and fetch count them; the log itself does not, so replication is not counted).
+    pub traffic: crate::metrics::PartitionTraffic,
 }
 
 impl Evictable for Partition {
@@ -369,6 +372,7 @@ impl Partition {
             disk: RefCell::new(None),
             cleaner_checkpoint: Cell::new(None),
             cleaner_checkpoint_loaded: Cell::new(false),
+            traffic: Default::default(),
         });
         let task = glommio::spawn_local(Rc::clone(&p).run_flusher()).detach();
         *p.flusher.borrow_mut() = Some(task);
