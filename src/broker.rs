@@ -252,6 +252,7 @@ async fn shard_main(
     let disk_poll =
         (shard == 0).then(|| glommio::spawn_local(housekeeping_loop(ctx.clone())).detach());
     let group_ticker = glommio::spawn_local(crate::shard::groups::ticker(ctx.clone())).detach();
+    let txn_ticker = glommio::spawn_local(crate::shard::txns::ticker(ctx.clone())).detach();
     let metadata = glommio::spawn_local(crate::shard::replica::metadata_loop(ctx.clone())).detach();
     let ingest = crate::server::ingest::start(&ctx, ingest_sockets, admission.clone());
     let metrics = metrics_listener.map(|l| {
@@ -286,6 +287,7 @@ async fn shard_main(
         t.cancel();
     }
     group_ticker.cancel();
+    txn_ticker.cancel();
     metadata.cancel();
     for (topic, i, p) in ctx.all_partitions() {
         if let Err(e) = p.close().await {

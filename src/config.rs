@@ -128,6 +128,23 @@ pub struct Config {
     pub offsets_retention_minutes: i64,
     /// Kafka's offsets.retention.check.interval.ms.
     pub offsets_retention_check_interval_ms: i64,
+    /// Kafka's transaction.state.log.num.partitions: partitions of `__transaction_state`,
+    /// created on the first FindCoordinator for a transactional id.
+    pub transaction_state_log_num_partitions: i32,
+    /// Kafka's transaction.state.log.replication.factor (fewer if fewer brokers are live).
+    pub transaction_state_log_replication_factor: i16,
+    /// Kafka's transaction.state.log.min.isr (capped by the topic's replicas).
+    pub transaction_state_log_min_isr: i32,
+    /// Kafka's transaction.state.log.segment.bytes.
+    pub transaction_state_log_segment_bytes: u64,
+    /// Kafka's transaction.max.timeout.ms: a producer asking for a longer
+    /// transaction.timeout.ms gets INVALID_TRANSACTION_TIMEOUT.
+    pub transaction_max_timeout_ms: i32,
+    /// Kafka's transactional.id.expiration.ms: an id idle this long is forgotten.
+    pub transactional_id_expiration_ms: i64,
+    /// Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often the
+    /// coordinator looks for transactions past their timeout (and aborts them).
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: i64,
     /// Kafka's process.roles: "broker,controller" (both, the default), "broker" or
     /// "controller" (a dedicated controller serves no Kafka clients).
     pub process_roles: String,
@@ -254,6 +271,13 @@ impl Default for Config {
             group_max_session_timeout_ms: 1_800_000,
             offsets_retention_minutes: 10080,
             offsets_retention_check_interval_ms: 600_000,
+            transaction_state_log_num_partitions: 50,
+            transaction_state_log_replication_factor: 3,
+            transaction_state_log_min_isr: 2,
+            transaction_state_log_segment_bytes: 1024 * 1024,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             process_roles: "broker,controller".into(),
             controller_listen: String::new(),
             controller_voters: String::new(),
@@ -430,6 +454,35 @@ impl Config {
                     "must be between 1 and {}",
                     crate::limits::TOPIC_PARTITIONS_MAX
                 ),
+            ));
+        }
+        if !(1..=crate::limits::TOPIC_PARTITIONS_MAX)
+            .contains(&self.transaction_state_log_num_partitions)
+        {
+            return Err(invalid(
+                "transaction_state_log_num_partitions",
+                format!(
+                    "must be between 1 and {}",
+                    crate::limits::TOPIC_PARTITIONS_MAX
+                ),
+            ));
+        }
+        if self.transaction_state_log_replication_factor < 1
+            || self.transaction_state_log_min_isr < 1
+            || self.transaction_state_log_segment_bytes < 1024
+        {
+            return Err(invalid(
+                "transaction_state_log_replication_factor",
+                "the replication factor and min.isr must be >= 1 and segment bytes >= 1024".into(),
+            ));
+        }
+        if self.transaction_max_timeout_ms < 1
+            || self.transactional_id_expiration_ms < 1
+            || self.transaction_abort_timed_out_transaction_cleanup_interval_ms < 1
+        {
+            return Err(invalid(
+                "transaction_max_timeout_ms",
+                "transaction timeouts and intervals must be >= 1".into(),
             ));
         }
         if self.group_min_session_timeout_ms < 0
@@ -1103,6 +1156,35 @@ impl Config {
             (
                 "offsets.retention.minutes",
                 self.offsets_retention_minutes.to_string(),
+            ),
+            (
+                "transaction.state.log.num.partitions",
+                self.transaction_state_log_num_partitions.to_string(),
+            ),
+            (
+                "transaction.state.log.replication.factor",
+                self.transaction_state_log_replication_factor.to_string(),
+            ),
+            (
+                "transaction.state.log.min.isr",
+                self.transaction_state_log_min_isr.to_string(),
+            ),
+            (
+                "transaction.state.log.segment.bytes",
+                self.transaction_state_log_segment_bytes.to_string(),
+            ),
+            (
+                "transaction.max.timeout.ms",
+                self.transaction_max_timeout_ms.to_string(),
+            ),
+            (
+                "transactional.id.expiration.ms",
+                self.transactional_id_expiration_ms.to_string(),
+            ),
+            (
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms
+                    .to_string(),
             ),
             (
                 "socket.request.max.bytes",

@@ -230,6 +230,25 @@ impl Quorum {
         }
     }
 
+    /// A whole block of producer ids never handed out before, as `(first, count)`, for the
+    /// transaction coordinator (which hands them out itself): one controller request, one
+    /// metadata-log write per block.
+    pub async fn allocate_producer_ids(&self) -> Result<(i64, i64), QuorumError> {
+        match self
+            .request(ControllerRequest::AllocateProducerIds {
+                broker_id: self.node_id,
+            })
+            .await?
+        {
+            ControllerResponse::AllocateProducerIds {
+                status,
+                first_id,
+                count,
+            } if status.is_ok() && count > 0 => Ok((first_id, count)),
+            other => Err(QuorumError::Refused(format!("producer ids: {other:?}"))),
+        }
+    }
+
     /// Stops heartbeating and the metadata log.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);

@@ -148,6 +148,13 @@ mod tests {
             ApiKey::WriteTxnMarkers => {
                 RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default())
             }
+            ApiKey::AddPartitionsToTxn => {
+                RequestKind::AddPartitionsToTxn(AddPartitionsToTxnRequest::default())
+            }
+            ApiKey::AddOffsetsToTxn => {
+                RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default())
+            }
+            ApiKey::EndTxn => RequestKind::EndTxn(EndTxnRequest::default()),
             ApiKey::DescribeConfigs => {
                 RequestKind::DescribeConfigs(DescribeConfigsRequest::default())
             }

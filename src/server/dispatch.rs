@@ -153,12 +153,35 @@ pub async fn dispatch(
                 &handlers::write_txn_markers::handle(ctx, version, req).await,
             )
         }
+        // Transactions: the coordinator's answers wait for `__transaction_state` appends,
+        // so they answer through a future and do not hold up the connection's reader.
         ApiKey::InitProducerId => {
             let req: InitProducerIdRequest = decode_body(&raw)?;
-            respond(
-                &raw,
-                &handlers::init_producer_id::handle(ctx, version, req).await,
-            )
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::init_producer_id::handle(&ctx, version, req).await
+            })
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let req: AddPartitionsToTxnRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::add_partitions_to_txn::handle(&ctx, version, req).await
+            })
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let req: AddOffsetsToTxnRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::add_offsets_to_txn::handle(&ctx, version, req).await
+            })
+        }
+        ApiKey::EndTxn => {
+            let req: EndTxnRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::end_txn::handle(&ctx, version, req).await
+            })
         }
         ApiKey::DescribeConfigs => {
             let req: DescribeConfigsRequest = decode_body(&raw)?;

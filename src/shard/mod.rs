@@ -8,12 +8,14 @@
 //! places on it.
 pub mod cleaner;
 pub mod groups;
+pub mod internal_topic;
 pub mod mesh;
 pub mod metrics;
 pub mod ops;
 pub mod partition_service;
 pub mod peer;
 pub mod replica;
+pub mod txns;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -119,6 +121,8 @@ pub struct ShardCtx {
     pub connections_changed: crate::storage::notify::Notify,
     /// The consumer-group coordinator for the `__consumer_offsets` partitions placed here.
     pub groups: groups::GroupShard,
+    /// The transaction coordinator for the `__transaction_state` partitions led here.
+    pub txns: txns::TxnShard,
     /// Leader and follower state of this shard's replicas, and its replica fetchers.
     pub replicas: replica::Replicas,
     /// Produce appends waiting their turn, per partition (keeps a partition's appends in the
@@ -143,6 +147,7 @@ impl ShardCtx {
             connections: Cell::new(0),
             connections_changed: crate::storage::notify::Notify::default(),
             groups: groups::GroupShard::new(shared.config.group_config()),
+            txns: txns::TxnShard::new(&shared.config),
             replicas: replica::Replicas::default(),
             append_order: Default::default(),
             budget: {

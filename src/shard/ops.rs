@@ -76,6 +76,11 @@ pub enum ShardOp {
         partition: i32,
         req: super::groups::GroupRequest,
     },
+    /// A transaction request for the coordinator of its transactional id (this shard leads
+    /// the id's `__transaction_state` partition).
+    Txn {
+        req: super::txns::TxnRequest,
+    },
 }
 
 pub enum ShardReply {
@@ -89,6 +94,7 @@ pub enum ShardReply {
     Done(Result<(), String>),
     Group(super::groups::GroupReply),
     Metrics(Box<crate::metrics::ShardSnapshot>),
+    Txn(crate::txn::Response),
     /// The target shard is gone (shutting down).
     Unavailable,
 }
@@ -149,6 +155,7 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
             ShardReply::Done(service::lifecycle::drop(&ctx, &topic, partitions).await)
         }),
         ShardOp::Group { partition, req } => super::groups::start(ctx, partition, req),
+        ShardOp::Txn { req } => super::txns::start(ctx, req),
         ShardOp::SetConfig { topic, config } => Box::pin(async move {
             service::lifecycle::set_config(&ctx, &topic, &config);
             ShardReply::Done(Ok(()))

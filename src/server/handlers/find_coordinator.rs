@@ -1,7 +1,9 @@
 //! FindCoordinator: a group's coordinator (key type 0) is the leader of its
-//! `__consumer_offsets` partition (`group::partition_for`), created on the first request. v4+ batches keys
-//! (`coordinator_keys`); older versions carry one `key`. Transaction coordinators (key type 1)
-//! are not implemented: COORDINATOR_NOT_AVAILABLE.
+//! `__consumer_offsets` partition (`group::partition_for`); a transactional id's (key type 1)
+//! is the leader of its `__transaction_state` partition (`txn::partition_for`, the same
+//! hash). Each topic is created on the first request for its key type. v4+ batches keys
+//! (`coordinator_keys`); older versions carry one `key`. Other key types (share groups) are
+//! answered INVALID_REQUEST, as Kafka does for a key type it does not know.
 use std::rc::Rc;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -11,9 +13,10 @@ use kafka_protocol::protocol::StrBytes;
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
 use crate::shard::groups::{coordinator_node, ensure_offsets_topic};
-use crate::shard::ShardCtx;
+use crate::shard::{txns, ShardCtx};
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
@@ -21,21 +24,26 @@ pub async fn handle(
     req: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
     // Kafka creates the offsets topic on the first FindCoordinator.
-    let created = if req.key_type == KEY_TYPE_GROUP {
-        ensure_offsets_topic(ctx).await
-    } else {
-        Ok(())
+    // Kafka creates the transaction state topic on the first FindCoordinator for an id.
+    let created = match req.key_type {
+        KEY_TYPE_GROUP => ensure_offsets_topic(ctx).await,
+        KEY_TYPE_TRANSACTION => txns::ensure_state_topic(ctx).await,
+        _ => Ok(()),
     };
     let catalog = ctx.shared.catalog.load();
     let answer = |key: &StrBytes| -> Coordinator {
-        // The coordinator is the leader of the group's `__consumer_offsets` partition.
-        let leader = coordinator_node(ctx, key)
+        // The coordinator is the leader of the key's partition of the internal topic.
+        let node = if req.key_type == KEY_TYPE_TRANSACTION {
+            txns::coordinator_node(ctx, key)
+        } else {
+            coordinator_node(ctx, key)
+        };
+        let leader = node
             .map(|(_, leader)| leader)
             .and_then(|l| catalog.brokers.get(&l))
             .filter(|b| !b.fenced);
-        let error = if req.key_type != KEY_TYPE_GROUP {
-            Some(ErrorCode::CoordinatorNotAvailable)
-        } else if key.is_empty() {
+        let known_type = req.key_type == KEY_TYPE_GROUP || req.key_type == KEY_TYPE_TRANSACTION;
+        let error = if !known_type || key.is_empty() {
             Some(ErrorCode::InvalidRequest)
         } else if let Err(e) = created {
             Some(e)

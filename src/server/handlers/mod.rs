@@ -1,5 +1,7 @@
 //! One file per Kafka API. Each handler takes the decoded request and returns the response
 //! body; framing and version checks happen in `dispatch`.
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod create_partitions;
@@ -13,6 +15,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_topic_partitions;
 pub mod elect_leaders;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;

@@ -53,7 +53,6 @@ pub async fn handle(
     } else {
         ErrorCode::BrokerNotAvailable
     };
-    let transactional = req.transactional_id.is_some();
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
         let meta = catalog.topic(&name);
@@ -61,12 +60,12 @@ pub async fn handle(
         for p in topic.partition_data {
             let source = if invalid_acks {
                 Source::Error(ErrorCode::InvalidRequiredAcks)
-            } else if transactional {
-                Source::Error(ErrorCode::TransactionalIdAuthorizationFailed)
             } else if disk_full {
                 Source::DiskFull(disk_full_code)
-            } else if name == crate::group::OFFSETS_TOPIC {
-                // Only the group coordinator writes its internal topic (Kafka: "Cannot append
+            } else if name == crate::group::OFFSETS_TOPIC
+                || name == crate::txn::TRANSACTION_STATE_TOPIC
+            {
+                // Only the coordinators write their internal topics (Kafka: "Cannot append
                 // to internal topic").
                 Source::Error(ErrorCode::InvalidTopicException)
             } else {

@@ -267,6 +267,9 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
         if matches!(was, Some(Role::Leader(_))) && topic == crate::group::OFFSETS_TOPIC {
             super::groups::resign(ctx, i);
         }
+        if matches!(was, Some(Role::Leader(_))) && topic == crate::txn::TRANSACTION_STATE_TOPIC {
+            super::txns::resign(ctx, i);
+        }
         ctx.remove_partition(&topic, i);
         info!(topic = %topic, partition = i, "deleting replica no longer assigned here");
         if let Err(e) = p.delete().await {
@@ -290,6 +293,7 @@ fn update_role(
     let now = ctx.shared.clock.monotonic_ms();
     let lag = ctx.shared.config.replica_lag_time_max_ms;
     let is_offsets = tp.topic == crate::group::OFFSETS_TOPIC;
+    let is_txn_state = tp.topic == crate::txn::TRANSACTION_STATE_TOPIC;
     // The metadata's numbers, typed once here.
     let (leader, leader_epoch) = (NodeId(pm.leader), LeaderEpoch(pm.leader_epoch));
     let mut roles = ctx.replicas.roles.borrow_mut();
@@ -350,6 +354,9 @@ fn update_role(
         if is_offsets {
             super::groups::become_coordinator(ctx, tp.partition);
         }
+        if is_txn_state {
+            super::txns::become_coordinator(ctx, tp.partition, pm.leader_epoch);
+        }
         return;
     }
     if let Some(Role::Follower(f)) = current {
@@ -378,6 +385,9 @@ fn update_role(
     drop(roles);
     if was_leader && is_offsets {
         super::groups::resign(ctx, tp.partition);
+    }
+    if was_leader && is_txn_state {
+        super::txns::resign(ctx, tp.partition);
     }
 }
 
