@@ -701,121 +701,24 @@ fn encode_batch(
 /// or as many brokers as are registered when it is created, if fewer.
 const OFFSETS_TOPIC_REPLICATION_FACTOR: usize = 3;
 
-/// The CreateTopics request for `__consumer_offsets` with `rf` replicas.
-fn offsets_topic_request(
-    config: &crate::config::Config,
-    rf: i16,
-) -> crate::cluster::controller::ControllerRequest {
-    let mut configs = std::collections::BTreeMap::new();
-    // Compacted, as Kafka makes it: the cleaner keeps the last record per key (a group's
-    // metadata, a group's offset for one partition) and drops tombstones after
-    // delete.retention.ms, so replay reads the live groups, not their history. Time
-    // retention does not apply (the policy has no `delete`): it would drop live offsets.
-    configs.insert(CLEANUP_POLICY.to_string(), COMPACT.to_string());
-    // Small segments: group records are small, every partition preallocates one segment's
-    // extent at start, and only closed segments are cleaned.
-    configs.insert(
-        "segment.bytes".to_string(),
-        OFFSETS_SEGMENT_BYTES.to_string(),
-    );
-    crate::cluster::controller::ControllerRequest::CreateTopics {
-        topics: vec![crate::cluster::controller::CreatableTopic {
-            name: OFFSETS_TOPIC.to_string(),
-            num_partitions: config.offsets_topic_num_partitions,
-            replication_factor: rf,
-            assignments: None,
-            configs,
-        }],
-        validate_only: false,
-    }
-}
-
-const CLEANUP_POLICY: &str = "cleanup.policy";
-const COMPACT: &str = "compact";
-
-/// The overrides an existing `__consumer_offsets` gets so it is compacted, or `None` if it
-/// already is. A topic created before it was compacted (by an older Strata, which kept
-/// every record with retention.ms=-1) or altered since is put back: the coordinator's
-/// load time must not grow with history, so the broker forces the policy of its own
-/// internal topic, keeping every other override.
-fn offsets_topic_compacted(
-    current: &std::collections::BTreeMap<String, String>,
-) -> Option<std::collections::BTreeMap<String, String>> {
-    if current.get(CLEANUP_POLICY).map(String::as_str) == Some(COMPACT) {
-        return None;
-    }
-    let mut configs = current.clone();
-    configs.insert(CLEANUP_POLICY.to_string(), COMPACT.to_string());
-    Some(configs)
-}
-
-/// The AlterTopicConfigs request that makes an existing `__consumer_offsets` compacted, if
-/// it is not yet (see `offsets_topic_compacted`).
-fn offsets_topic_alter_request(
-    catalog: &crate::cluster::catalog::Catalog,
-) -> Option<crate::cluster::controller::ControllerRequest> {
-    let topic = catalog.topic(OFFSETS_TOPIC)?;
-    let configs = offsets_topic_compacted(&topic.configs)?;
-    Some(
-        crate::cluster::controller::ControllerRequest::AlterTopicConfigs {
-            topic: OFFSETS_TOPIC.to_string(),
-            configs,
-        },
-    )
-}
-
-fn offsets_topic_altered(
-    answer: Result<
-        crate::cluster::controller::ControllerResponse,
-        crate::cluster::quorum::QuorumError,
-    >,
-) {
-    match answer {
-        Ok(crate::cluster::controller::ControllerResponse::AlterTopicConfigs { status })
-            if status.error_code == 0 =>
-        {
-            info!("__consumer_offsets is now compacted (cleanup.policy=compact)");
-        }
-        other => warn!("cannot make __consumer_offsets compacted, will retry: {other:?}"),
-    }
-}
-
-fn offsets_topic_created(
-    answer: Result<
-        crate::cluster::controller::ControllerResponse,
-        crate::cluster::quorum::QuorumError,
-    >,
-) -> Result<(), ErrorCode> {
-    match answer {
-        Ok(crate::cluster::controller::ControllerResponse::CreateTopics { topics }) => {
-            let code = topics.first().map(|t| t.status.error_code).unwrap_or(0);
-            if code == 0 || code == ErrorCode::TopicAlreadyExists.code() {
-                Ok(())
-            } else {
-                Err(ErrorCode::CoordinatorNotAvailable)
-            }
-        }
-        _ => Err(ErrorCode::CoordinatorNotAvailable),
+/// How `__consumer_offsets` is made: compacted like every internal topic (see
+/// `internal_topic::create_request` for why), small segments, the broker's min.insync.replicas.
+fn offsets_topic(config: &crate::config::Config) -> super::internal_topic::TopicSpec {
+    super::internal_topic::TopicSpec {
+        name: OFFSETS_TOPIC,
+        partitions: config.offsets_topic_num_partitions,
+        replication_factor: OFFSETS_TOPIC_REPLICATION_FACTOR,
+        segment_bytes: OFFSETS_SEGMENT_BYTES,
+        min_isr: None,
     }
 }
 
 /// Creates `__consumer_offsets` through the controller if it does not exist yet (as Kafka
 /// does on the first FindCoordinator), with as many replicas as there are live brokers, up
-/// to Kafka's offsets.topic.replication.factor.
+/// to Kafka's offsets.topic.replication.factor; an existing one that is not compacted (an
+/// older Strata's) is altered, and groups are served meanwhile.
 pub async fn ensure_offsets_topic(ctx: &Rc<ShardCtx>) -> Result<(), ErrorCode> {
-    let catalog = ctx.shared.catalog.load();
-    if catalog.topic(OFFSETS_TOPIC).is_some() {
-        // A topic that is not compacted yet is altered; groups are served meanwhile (its
-        // records are the same either way).
-        if let Some(req) = offsets_topic_alter_request(&catalog) {
-            offsets_topic_altered(ctx.shared.quorum.request(req).await);
-        }
-        return Ok(());
-    }
-    let live = catalog.live_brokers().count();
-    let rf = live.clamp(1, OFFSETS_TOPIC_REPLICATION_FACTOR) as i16;
-    let req = offsets_topic_request(&ctx.shared.config, rf);
-    offsets_topic_created(ctx.shared.quorum.request(req).await)
+    super::internal_topic::ensure(ctx, &offsets_topic(&ctx.shared.config)).await
 }
 
 /// A single node creates `__consumer_offsets` before it serves (there is no one to wait
@@ -825,14 +728,7 @@ pub fn ensure_offsets_topic_at_start(
     catalog: &crate::cluster::catalog::CatalogStore,
     config: &crate::config::Config,
 ) -> Result<(), ErrorCode> {
-    let current = catalog.load();
-    if current.topic(OFFSETS_TOPIC).is_some() {
-        if let Some(req) = offsets_topic_alter_request(&current) {
-            offsets_topic_altered(quorum.request_blocking(req));
-        }
-        return Ok(());
-    }
-    offsets_topic_created(quorum.request_blocking(offsets_topic_request(config, 1)))
+    super::internal_topic::ensure_at_start(quorum, catalog, &offsets_topic(config))
 }
 
 /// This broker now leads `__consumer_offsets`-`partition`: replay its groups into the
@@ -1036,46 +932,29 @@ mod tests {
 
     use super::*;
 
-    /// A new `__consumer_offsets` is created compacted; an existing one that is not (an older
-    /// Strata's retention.ms=-1 topic, or one altered to delete) gets cleanup.policy=compact
-    /// with its other overrides kept, and one already compacted is left alone.
+    /// `__consumer_offsets` is created compacted with its small segments (the compaction
+    /// rules themselves are internal_topic's, tested there).
     #[test]
-    fn offsets_topic_is_created_and_forced_compacted() {
+    fn offsets_topic_is_created_compacted() {
         let config = crate::config::Config::default();
+        let spec = offsets_topic(&config);
         let crate::cluster::controller::ControllerRequest::CreateTopics { topics, .. } =
-            offsets_topic_request(&config, 3)
+            super::super::internal_topic::create_request(&spec, 3)
         else {
             panic!("a CreateTopics request");
         };
-        let created = &topics.first().expect("one topic").configs;
+        let topic = topics.first().expect("one topic");
+        assert_eq!(topic.name, OFFSETS_TOPIC);
+        assert_eq!(topic.num_partitions, config.offsets_topic_num_partitions);
+        let created: &BTreeMap<String, String> = &topic.configs;
         assert_eq!(
             created.get("cleanup.policy").map(String::as_str),
             Some("compact")
         );
-        assert_eq!(offsets_topic_compacted(created), None);
-
-        let old: BTreeMap<String, String> = [
-            ("retention.ms".to_string(), "-1".to_string()),
-            ("segment.bytes".to_string(), "1048576".to_string()),
-        ]
-        .into();
-        let forced = offsets_topic_compacted(&old).expect("altered");
         assert_eq!(
-            forced.get("cleanup.policy").map(String::as_str),
-            Some("compact")
-        );
-        assert_eq!(forced.get("retention.ms").map(String::as_str), Some("-1"));
-        assert_eq!(
-            forced.get("segment.bytes").map(String::as_str),
+            created.get("segment.bytes").map(String::as_str),
             Some("1048576")
         );
-
-        let deleting: BTreeMap<String, String> =
-            [("cleanup.policy".to_string(), "delete".to_string())].into();
-        let forced = offsets_topic_compacted(&deleting).expect("altered");
-        assert_eq!(
-            forced.get("cleanup.policy").map(String::as_str),
-            Some("compact")
-        );
+        assert_eq!(created.get("min.insync.replicas"), None);
     }
 }
