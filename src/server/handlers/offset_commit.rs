@@ -11,9 +11,6 @@ use crate::protocol::error::ErrorCode;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
-/// A partition of the request: an immediate error or its index in the coordinator's results.
-type PartitionSlot = (i32, Result<usize, ErrorCode>);
-
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
@@ -26,23 +23,14 @@ pub async fn handle(
     let mut offsets = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
-        let count = catalog.topic(&name).map(|m| m.partitions.len() as i32);
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        for p in &t.partitions {
-            let known = count.is_some_and(|n| (0..n).contains(&p.partition_index));
-            if !known {
-                parts.push((p.partition_index, Err(ErrorCode::UnknownTopicOrPartition)));
-                continue;
-            }
-            parts.push((p.partition_index, Ok(offsets.len())));
-            offsets.push(CommitOffset {
-                topic: name.clone(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|s| s.to_string()),
-            });
-        }
+        let wanted = t.partitions.iter().map(|p| CommitOffset {
+            topic: name.clone(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|s| s.to_string()),
+        });
+        let parts = commit_slots(&catalog, &name, wanted, &mut offsets);
         layout.push((name, parts));
     }
     let results: Vec<Option<ErrorCode>> = if offsets.is_empty() {
@@ -88,4 +76,29 @@ pub async fn handle(
             })
             .collect(),
     )
+}
+
+/// A partition of the request: an immediate error or its index in the coordinator's results.
+pub(super) type PartitionSlot = (i32, Result<usize, ErrorCode>);
+
+/// Lays out one topic of an OffsetCommit or TxnOffsetCommit: a partition the topic does not
+/// have gets UNKNOWN_TOPIC_OR_PARTITION at once; the others join `offsets` (what goes to the
+/// coordinator) and keep their index there, so answers come back in request order.
+pub(super) fn commit_slots(
+    catalog: &crate::cluster::catalog::Catalog,
+    topic: &str,
+    wanted: impl Iterator<Item = CommitOffset>,
+    offsets: &mut Vec<CommitOffset>,
+) -> Vec<PartitionSlot> {
+    let count = catalog.topic(topic).map(|m| m.partitions.len() as i32);
+    wanted
+        .map(|o| {
+            if !count.is_some_and(|n| (0..n).contains(&o.partition)) {
+                return (o.partition, Err(ErrorCode::UnknownTopicOrPartition));
+            }
+            let slot = (o.partition, Ok(offsets.len()));
+            offsets.push(o);
+            slot
+        })
+        .collect()
 }

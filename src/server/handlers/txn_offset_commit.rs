@@ -21,8 +21,7 @@ use crate::protocol::producer::{ProducerEpoch, ProducerId};
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
-/// A partition of the request: an immediate error or its index in the coordinator's results.
-type PartitionSlot = (i32, Result<usize, ErrorCode>);
+use super::offset_commit::{commit_slots, PartitionSlot};
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
@@ -35,23 +34,14 @@ pub async fn handle(
     let mut offsets = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
-        let count = catalog.topic(&name).map(|m| m.partitions.len() as i32);
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        for p in &t.partitions {
-            let known = count.is_some_and(|n| (0..n).contains(&p.partition_index));
-            if !known {
-                parts.push((p.partition_index, Err(ErrorCode::UnknownTopicOrPartition)));
-                continue;
-            }
-            parts.push((p.partition_index, Ok(offsets.len())));
-            offsets.push(CommitOffset {
-                topic: name.clone(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|s| s.to_string()),
-            });
-        }
+        let wanted = t.partitions.iter().map(|p| CommitOffset {
+            topic: name.clone(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|s| s.to_string()),
+        });
+        let parts = commit_slots(&catalog, &name, wanted, &mut offsets);
         layout.push((t.name.clone(), parts));
     }
     let results: Vec<Option<ErrorCode>> = if offsets.is_empty() {
