@@ -468,3 +468,239 @@ def summarize(history: History, report: Report, faults: list[dict], **extra) -> 
         **report.stats,
         **extra,
     }
+
+
+# ---- transactional copy: Jepsen's transactional anomalies ---------------------------------------
+#
+# Workload (tests/clients/test_txn_copier.py, tests/cluster/test_cluster_txn.py): an input topic
+# holds unique values, "p<partition>-<index>" at increasing index per partition; Kafka's
+# TransactionalMessageCopier copies input partition p to output partition p, one transaction per
+# poll (records + the consumer offsets), aborting about a third of them, while copiers and brokers
+# are killed. Exactly-once means a read_committed reader of the output sees every input record
+# exactly once, in input order per partition, and nothing of an aborted transaction.
+#
+# The raw output log (read_uncommitted, control batches included) tells which transaction each
+# data record belongs to and its outcome, independently of what the broker's read_committed path
+# hides: a transaction is the data a producer id wrote on the partition since its previous control
+# marker, closed by the next COMMIT or ABORT marker of that producer id (markers after fencing
+# carry a bumped epoch, so matching is by producer id). The anomalies, named as Jepsen names them:
+#
+#   aborted read        read_committed returned a record of a transaction that aborted
+#   uncommitted read    read_committed returned a record of a transaction with no marker yet
+#   torn transaction    read_committed returned some but not all records of a committed transaction
+#   duplicate           an input value is visible more than once to read_committed
+#   lost write          an input value is not visible to read_committed
+#   order violation     the visible copies of partition p's values are not in input order
+#   wrong partition / never written / phantom record   a value in the wrong partition, a value
+#                       the input never had, or a read_committed offset the raw log lacks
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+
+@dataclass
+class RawRecord:
+    offset: int
+    producer_id: int
+    transactional: bool
+    control: int | None  # None for data, else CONTROL_ABORT or CONTROL_COMMIT
+    value: str | None
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def parse_raw_batches(data: bytes) -> tuple[list[RawRecord], int | None]:
+    """The records of the complete v2 batches in a Fetch response's record bytes, control
+    batches included, and the offset after the last complete batch (None if there is none)."""
+    import struct
+    out: list[RawRecord] = []
+    pos, next_offset = 0, None
+    while pos + 61 <= len(data):
+        base, blen = struct.unpack_from(">qi", data, pos)
+        end = pos + 12 + blen
+        if end > len(data):
+            break  # a partial batch at the end of a Fetch response
+        attrs, last_delta = struct.unpack_from(">hi", data, pos + 21)
+        pid, _epoch, _seq, count = struct.unpack_from(">qhii", data, pos + 43)
+        if attrs & 0x07:
+            raise ValueError(f"batch at offset {base} is compressed (codec {attrs & 7}): not expected "
+                             f"from the copier, which produces uncompressed")
+        transactional, control = bool(attrs & 0x10), bool(attrs & 0x20)
+        rpos = pos + 61
+        for _ in range(count):
+            _len, rpos = _varint(data, rpos)
+            rpos += 1  # attributes
+            _ts, rpos = _varint(data, rpos)
+            delta, rpos = _varint(data, rpos)
+            klen, rpos = _varint(data, rpos)
+            key = data[rpos:rpos + max(klen, 0)]
+            rpos += max(klen, 0)
+            vlen, rpos = _varint(data, rpos)
+            value = data[rpos:rpos + vlen] if vlen >= 0 else None
+            rpos += max(vlen, 0)
+            nheaders, rpos = _varint(data, rpos)
+            for _ in range(nheaders):
+                hk, rpos = _varint(data, rpos)
+                rpos += max(hk, 0)
+                hv, rpos = _varint(data, rpos)
+                rpos += max(hv, 0)
+            if control:
+                (ctype,) = struct.unpack_from(">h", key, 2)
+                out.append(RawRecord(base + delta, pid, transactional, ctype, None))
+            else:
+                out.append(RawRecord(base + delta, pid, transactional, None,
+                                     value.decode() if value is not None else None))
+        next_offset = base + last_delta + 1
+        pos = end
+    return out, next_offset
+
+
+def read_raw_partition(bootstrap: str, topic: str, partition: int, high: int) -> list[RawRecord]:
+    """Every record below `high` of one partition from its leader at `bootstrap`, with a plain
+    read_uncommitted Fetch v4 so control batches and aborted data come back as stored."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
+    import kproto
+    out: list[RawRecord] = []
+    offset = 0
+    with kproto.connect(bootstrap, 10.0) as sock:
+        corr = 0
+        while offset < high:
+            corr += 1
+            body = kproto.fetch_v4_body(topic, partition, offset, 8 << 20, 8 << 20)
+            sock.sendall(kproto.request(1, 4, corr, body))
+            got, resp = kproto.recv_response(sock)
+            assert got == corr, (got, corr)
+            [(_, _, err, _hw, data)] = kproto.parse_fetch_v4(resp)
+            if err != 0:
+                raise RuntimeError(f"raw read of {topic}-{partition} at {offset}: error {err}")
+            records, nxt = parse_raw_batches(data)
+            if nxt is None or nxt <= offset:
+                raise RuntimeError(f"raw read of {topic}-{partition} at {offset}: no progress "
+                                   f"({len(data)} bytes)")
+            out.extend(r for r in records if offset <= r.offset < high)
+            offset = nxt
+    return out
+
+
+@dataclass
+class Txn:
+    producer_id: int
+    offsets: list[int] = field(default_factory=list)
+    outcome: str = "open"  # commit | abort | open
+
+
+def transactions(raw: list[RawRecord]) -> tuple[list[Txn], dict[int, Txn]]:
+    """Groups a partition's transactional data by producer id between markers; returns the
+    transactions and, for each data offset, its transaction."""
+    txns: list[Txn] = []
+    open_by_pid: dict[int, Txn] = {}
+    of: dict[int, Txn] = {}
+    for rec in sorted(raw, key=lambda r: r.offset):
+        if rec.control is not None:
+            t = open_by_pid.pop(rec.producer_id, None)
+            if t is not None:
+                t.outcome = "commit" if rec.control == CONTROL_COMMIT else "abort"
+            continue
+        if not rec.transactional:
+            continue
+        t = open_by_pid.get(rec.producer_id)
+        if t is None:
+            t = open_by_pid[rec.producer_id] = Txn(rec.producer_id)
+            txns.append(t)
+        t.offsets.append(rec.offset)
+        of[rec.offset] = t
+    return txns, of
+
+
+def input_value(partition: int, index: int) -> str:
+    return f"p{partition}-{index:08d}"
+
+
+def parse_input_value(value: str) -> tuple[int, int] | None:
+    try:
+        p, i = value[1:].split("-")
+        return int(p), int(i)
+    except (ValueError, IndexError):
+        return None
+
+
+def check_copy(input_counts: dict[int, int], committed: dict[int, list[tuple[int, str]]],
+               raw: dict[int, list[RawRecord]], report: Report | None = None) -> Report:
+    """The exactly-once check. input_counts = {p: n} (input partition p held input_value(p, 0..n-1)
+    in that order); committed = {p: [(offset, value)]} as a read_committed consumer of the output
+    returned them; raw = {p: [RawRecord]} the same output partitions read_uncommitted."""
+    r = report or Report()
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for p in sorted(set(committed) | set(raw)):
+        records = committed.get(p, [])
+        raw_at = {rec.offset: rec for rec in raw.get(p, []) if rec.control is None}
+        txns, txn_of = transactions(raw.get(p, []))
+        r.count("raw_records", len(raw_at))
+        r.count("raw_markers", sum(1 for rec in raw.get(p, []) if rec.control is not None))
+        for t in txns:
+            r.count(f"transactions_{t.outcome}")
+        visible_of: dict[int, int] = {}  # id(txn) -> visible records
+        last_index = -1
+        for o, v in records:
+            r.count("committed_records")
+            seen.setdefault(v, []).append((p, o))
+            repeat = len(seen[v]) > 1  # a duplicate, reported below; not also an order violation
+            rec = raw_at.get(o)
+            if rec is None or rec.value != v:
+                r.fail("phantom record", f"partition {p} offset {o}: read_committed returned {v!r}, "
+                                         f"the raw log has {rec.value if rec else 'no data record'!r}")
+            t = txn_of.get(o)
+            if t is not None:
+                visible_of[id(t)] = visible_of.get(id(t), 0) + 1
+                if t.outcome == "abort":
+                    r.fail("aborted read", f"partition {p} offset {o}: {v} belongs to the transaction of "
+                                           f"producer {t.producer_id} at offsets {t.offsets[0]}..{t.offsets[-1]}, "
+                                           f"which aborted")
+                elif t.outcome == "open":
+                    r.fail("uncommitted read", f"partition {p} offset {o}: {v} belongs to a transaction of "
+                                               f"producer {t.producer_id} with no marker")
+            parsed = parse_input_value(v)
+            if parsed is None or parsed[1] >= input_counts.get(parsed[0], 0):
+                r.fail("never written", f"partition {p} offset {o}: {v!r} is not an input value")
+                continue
+            src, index = parsed
+            if src != p:
+                r.fail("wrong partition", f"{v} from input partition {src} is in output partition {p} at {o}")
+            elif repeat:
+                continue
+            elif index < last_index:
+                r.fail("order violation", f"partition {p} offset {o}: {v} comes after "
+                                          f"{input_value(p, last_index)}")
+            else:
+                last_index = index
+        for t in txns:
+            n = visible_of.get(id(t), 0)
+            if t.outcome == "commit" and n != len(t.offsets):
+                r.fail("torn transaction", f"partition {p}: committed transaction of producer {t.producer_id} "
+                                           f"at offsets {t.offsets[0]}..{t.offsets[-1]}: {n} of "
+                                           f"{len(t.offsets)} records visible to read_committed")
+    for p, n in sorted(input_counts.items()):
+        lost: list[int] = []
+        for i in range(n):
+            v = input_value(p, i)
+            places = seen.get(v)
+            if places is None:
+                lost.append(i)
+            elif len(places) > 1:
+                r.fail("duplicate", f"{v} is visible {len(places)} times: at {places}")
+        r.count("input_records", n)
+        if lost:
+            r.count("lost_writes", len(lost))
+            shown = ", ".join(input_value(p, i) for i in lost[:10])
+            r.fail("lost write", f"input partition {p}: {len(lost)} of {n} values not visible "
+                                 f"(first: {shown}{', ...' if len(lost) > 10 else ''})")
+    return r
