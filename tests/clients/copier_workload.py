@@ -36,6 +36,13 @@ KAFKA_LIB = Path(os.environ.get("KAFKA_LIB_DIR", REPO / "tests" / "kafka" / "lib
 COPIER_CLASS = "org.apache.kafka.tools.TransactionalMessageCopier"
 INPUT, OUTPUT, GROUP = "copier-in", "copier-out", "copier-group"
 TXN_SIZE = int(os.environ.get("STRATA_TEST_COPIER_TXN_SIZE", "500"))
+# A copier killed inside a transaction that already holds its offsets leaves them pending: its
+# next instance reads its committed position (an OffsetFetch with require_stable, before it
+# calls initTransactions) and gets UNSTABLE_OFFSET_COMMIT until the coordinator aborts the
+# transaction at its timeout. Kafka does the same; a short timeout and cleanup interval keep
+# that stall short. BROKER_ENV is for the broker(s) under test.
+TXN_TIMEOUT_MS = 10000
+BROKER_ENV = {"STRATA_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "1000"}
 FAULT_SPACING = 0.05  # a fault waits for this much more progress after the previous one
 
 _spec = importlib.util.spec_from_file_location("cluster_checker", REPO / "tests" / "cluster" / "checker.py")
@@ -75,7 +82,7 @@ class Copier:
              "--input-topic", INPUT, "--input-partition", str(self.partition),
              "--output-topic", OUTPUT, "--transactional-id", f"copier-{self.partition}",
              "--consumer-group", GROUP, "--transaction-size", str(TXN_SIZE),
-             "--transaction-timeout", "20000", "--enable-random-aborts", "--use-group-metadata"],
+             "--transaction-timeout", str(TXN_TIMEOUT_MS), "--enable-random-aborts", "--use-group-metadata"],
             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True)
         err.close()
@@ -84,10 +91,14 @@ class Copier:
         return self
 
     def _follow(self, proc: subprocess.Popen) -> None:
+        # The client's log4j lines (KAFKA_LOG_LEVEL) come on stdout too: kept beside stderr.
+        other = open(self.log_dir / f"copier-{self.partition}-{self.starts}.stdout", "wb")
         for line in proc.stdout:
             try:
                 status = json.loads(line)
             except ValueError:
+                other.write(line)
+                other.flush()
                 continue
             if proc is self.proc:
                 self.remaining = status.get("remaining", self.remaining)
@@ -256,5 +267,5 @@ class CopyRun:
                    "transaction_size": TXN_SIZE, "copy_s": round(self.copy_s, 1),
                    "check_s": round(time.monotonic() - started, 1), "faults": self.done_faults,
                    "copier_starts": sum(c.starts for c in self.copiers), "copier_exits": self.exits,
-                   "passed": report.ok, **report.stats}
+                   "highs": highs, "passed": report.ok, **report.stats}
         return report, summary

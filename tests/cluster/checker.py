@@ -563,9 +563,13 @@ def parse_raw_batches(data: bytes) -> tuple[list[RawRecord], int | None]:
     return out, next_offset
 
 
-def read_raw_partition(bootstrap: str, topic: str, partition: int, high: int) -> list[RawRecord]:
+def read_raw_partition(bootstrap: str, topic: str, partition: int, high: int,
+                       replica_id: int = -1) -> list[RawRecord]:
     """Every record below `high` of one partition from its leader at `bootstrap`, with a plain
-    read_uncommitted Fetch v4 so control batches and aborted data come back as stored."""
+    read_uncommitted Fetch v4 so control batches and aborted data come back as stored.
+    replica_id=-2 (Kafka's debugging consumer) reads the local replica of any broker, follower
+    or leader, up to its log end."""
+    import struct
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
     import kproto
@@ -575,7 +579,8 @@ def read_raw_partition(bootstrap: str, topic: str, partition: int, high: int) ->
         corr = 0
         while offset < high:
             corr += 1
-            body = kproto.fetch_v4_body(topic, partition, offset, 8 << 20, 8 << 20)
+            body = (struct.pack(">iiiib", replica_id, 0, 0, 8 << 20, 0) + struct.pack(">i", 1)
+                    + kproto.kstring(topic) + struct.pack(">iiqi", 1, partition, offset, 8 << 20))
             sock.sendall(kproto.request(1, 4, corr, body))
             got, resp = kproto.recv_response(sock)
             assert got == corr, (got, corr)
