@@ -15,7 +15,8 @@ transaction); and the group's committed offsets are the input's ends.
 
 Size: STRATA_TEST_COPIER_RECORDS (default 300000, ~1 min here, 2-3 min on a loaded CI; the issue's full run is
 STRATA_TEST_COPIER_RECORDS=1000000), STRATA_TEST_COPIER_PARTITIONS (default 3),
-STRATA_TEST_COPIER_TXN_SIZE (default 500). The run's numbers are printed (pytest -s).
+STRATA_TEST_COPIER_TXN_SIZE (default 500), STRATA_TEST_COPIER_FAULTS (another fault schedule,
+see FAULTS). The run's numbers are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ PARTITIONS = int(os.environ.get("STRATA_TEST_COPIER_PARTITIONS", "3"))
 # at once, the broker, then copiers again while the broker's reloaded state is in use.
 FAULTS = [(0.05, "one copier"), (0.2, "all copiers"), (0.4, "broker"), (0.6, "one copier"),
           (0.8, "all copiers")]
+# Another schedule, for stress runs by hand: "0.1:broker,0.15:all copiers,0.2:broker,...".
+if os.environ.get("STRATA_TEST_COPIER_FAULTS"):
+    FAULTS = [(float(at), what) for at, what in
+              (f.split(":", 1) for f in os.environ["STRATA_TEST_COPIER_FAULTS"].split(","))]
 DEADLINE_S = 240 + RECORDS / 1000  # healthy: ~1.5-3k records/s over 3 copiers on 2 cores
 
 pytestmark = pytest.mark.timeout(int(DEADLINE_S + 300))

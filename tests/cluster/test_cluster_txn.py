@@ -1,5 +1,6 @@
-"""Exactly-once on a 3-node cluster while the transaction coordinator's broker and an output
-partition's leader are killed with SIGKILL (issue 13).
+"""Exactly-once on a 3-node cluster while the transaction coordinator's broker, an output
+partition's leader and the group coordinator's broker are killed with SIGKILL, and the
+transaction coordinator is paused into a zombie (issue 13).
 
 The workload is tests/clients/copier_workload.py's: Kafka's TransactionalMessageCopier, one per
 input partition with random aborts, copies unique values to the output topic's same partition
@@ -9,7 +10,10 @@ transactional.id (its transaction coordinator: a new leader of that partition re
 coordinator state, completes or aborts what was in flight, and the copiers find it through
 FindCoordinator); kill -9 of the leader of an output partition on another broker (a transaction
 is then open on a partition whose leader changes: its data and markers must survive on the new
-leader); kill -9 of all copiers. A killed broker is restarted once its partitions have new
+leader); kill -9 of the group coordinator's broker (the leader of the copiers' group's
+`__consumer_offsets` partition, which holds their pending transactional offset commits until the
+markers come); SIGSTOP of copier-0's coordinator until another broker took its partition over,
+then SIGCONT (a zombie coordinator); kill -9 of all copiers. A killed broker is restarted once its partitions have new
 leaders. Then checker.check_copy (Jepsen's aborted read, torn transaction, duplicate, lost write)
 over the read_committed output and the raw log of each output partition's leader, and
 checker.check_replicas over every node's copy of the output (read with Fetch as a replica).
@@ -18,6 +22,7 @@ checker.check_replicas over every node's copy of the output (read with Fetch as 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -26,7 +31,7 @@ from harness import Cluster
 from test_cluster_groups import offsets_partition
 
 import copier_workload  # tests/clients, on sys.path through harness
-from copier_workload import BROKER_ENV, INPUT, OUTPUT, CopyRun, fill_input, require_kafka_tools
+from copier_workload import BROKER_ENV, GROUP, INPUT, OUTPUT, CopyRun, fill_input, require_kafka_tools
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
@@ -35,7 +40,9 @@ PARTITIONS = 3
 TXN_STATE = "__transaction_state"
 TXN_STATE_PARTITIONS = 3
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
-FAULTS = [(0.05, "one copier"), (0.2, "coordinator"), (0.45, "output leader"), (0.7, "all copiers")]
+FAULTS = [(0.05, "one copier"), (0.2, "coordinator"), (0.35, "output leader"), (0.5, "group coordinator"),
+          (0.65, "pause coordinator"), (0.8, "all copiers")]
+OFFSETS_TOPIC, OFFSETS_PARTITIONS = "__consumer_offsets", 3  # harness.CLUSTER_ENV
 DEADLINE_S = 300 + RECORDS / 500
 
 
@@ -49,7 +56,7 @@ def kill_and_restart(cluster: Cluster, node: int, moving: list[tuple[str, int]])
 
 
 @pytest.mark.timeout(int(DEADLINE_S + 300))
-def test_copier_exactly_once_with_coordinator_and_leader_kill9(cluster_factory, tmp_path, request):
+def test_copier_exactly_once_under_coordinator_and_leader_faults(cluster_factory, tmp_path, request):
     require_kafka_tools()
     cluster = cluster_factory(env={**BROKER_ENV, "STRATA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_STATE_PARTITIONS)})
     for topic in (INPUT, OUTPUT):
@@ -64,6 +71,23 @@ def test_copier_exactly_once_with_coordinator_and_leader_kill9(cluster_factory, 
             node = cluster.leader(TXN_STATE, coordinator_partition)
             kill_and_restart(cluster, node, [(TXN_STATE, coordinator_partition)])
             return f"kill -9 node {node} (coordinator of copier-0, {TXN_STATE}-{coordinator_partition})"
+        if what == "pause coordinator":
+            # A zombie coordinator: SIGSTOP past the broker session timeout, so another broker
+            # takes over copier-0's coordinator partition, then SIGCONT. The paused one must
+            # not write any marker or state afterwards that the new one's decisions contradict.
+            node = cluster.leader(TXN_STATE, coordinator_partition)
+            cluster.pause(node)
+            try:
+                new = cluster.leader(TXN_STATE, coordinator_partition, not_on=node)
+                time.sleep(2)
+            finally:
+                cluster.resume(node)
+            return f"SIGSTOP node {node} (coordinator of copier-0) until node {new} took over, SIGCONT"
+        if what == "group coordinator":
+            p = offsets_partition(GROUP, OFFSETS_PARTITIONS)
+            node = cluster.leader(OFFSETS_TOPIC, p)
+            kill_and_restart(cluster, node, [(OFFSETS_TOPIC, p)])
+            return f"kill -9 node {node} (group coordinator of {GROUP}, {OFFSETS_TOPIC}-{p})"
         assert what == "output leader", what
         coordinator = cluster.leader(TXN_STATE, coordinator_partition)
         leaders = {p: cluster.leader(OUTPUT, p) for p in range(PARTITIONS)}
