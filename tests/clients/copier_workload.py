@@ -147,11 +147,12 @@ def fill_input(bootstrap: str, records: int, partitions: int) -> dict[int, int]:
     return counts
 
 
-def read_committed_output(bootstrap: str, partitions: int) -> tuple[dict[int, list[tuple[int, str]]], dict[int, int]]:
+def read_committed_output(bootstrap: str, partitions: int, isolation: str = "read_committed") \
+        -> tuple[dict[int, list[tuple[int, str]]], dict[int, int]]:
     """The output as a read_committed consumer sees it, up to each partition's end (the last
     stable offset, which is the high watermark once no transaction is open); and the HWs."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier-checker", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "isolation.level": isolation, "enable.partition.eof": True,
                   "auto.offset.reset": "error"})
     try:
         highs = {p: c.get_watermark_offsets(TopicPartition(OUTPUT, p), timeout=15)[1] for p in range(partitions)}
@@ -255,6 +256,13 @@ class CopyRun:
         committed, highs = read_committed_output(bootstrap, partitions)
         raw = {p: checker.read_raw_partition(leader_bootstrap(p), OUTPUT, p, highs[p]) for p in range(partitions)}
         report = checker.check_copy(self.counts, committed, raw)
+        # The checker is not vacuous: the same output read_uncommitted shows the aborted
+        # copies, which check_copy must flag (a broker ignoring isolation_level would be caught).
+        if report.stats.get("transactions_abort", 0):
+            dirty, _ = read_committed_output(bootstrap, partitions, "read_uncommitted")
+            flagged = {v.split("]")[0].lstrip("[") for v in checker.check_copy(self.counts, dirty, raw).violations}
+            if not {"aborted read", "duplicate"} <= flagged:
+                report.fail("checker blind", f"read_uncommitted output flagged only {sorted(flagged)}")
         offsets = group_offsets(bootstrap, partitions)
         for p, n in self.counts.items():
             if offsets.get(p) != n:
