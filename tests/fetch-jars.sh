@@ -11,7 +11,7 @@
 #            tests/clients/test_connect.py                            -> tests/kafka/connect/lib
 #   debezium Debezium's PostgreSQL connector built for Kafka 4.1, a Connect plugin directory,
 #            for tests/clients/test_connect.py                        -> tests/kafka/debezium/lib
-#   extras   Streams (+ examples) 4.1.x; no test uses them yet (issue 13)
+#   extras   Streams 4.1.x (+ its examples, WordCountDemo) for tests/clients/test_streams.py
 #                                                                     -> tests/kafka/extras/lib
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
