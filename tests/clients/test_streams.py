@@ -8,7 +8,8 @@ generated (every input record is acked before the check):
   SIGKILLed while its transaction has records on the broker, restarted on the same state dir
   (so its transactional id fences and aborts the dead instance's transaction).
 - RegionTotals (tests/kafka/extras/RegionTotals.java): orders joined with a GlobalKTable of
-  customers, summed per region through a repartition topic; SIGKILLed likewise, then the
+  customers, summed per region through a repartition topic, and counted per region and hour
+  (a windowed store: its changelog is compact,delete); SIGKILLed likewise, then the
   broker SIGKILLed mid-transaction and restarted on the same data dir and port.
 - RegionTotals as two instances, one frozen (SIGSTOP) until the group moved its tasks to the
   other, then thawed: a zombie that only the group generation of its TxnOffsetCommit fences
@@ -392,7 +393,7 @@ class RegionOracle:
     feed, with the count and sum per region they must end in."""
 
     def __init__(self, bootstrap: str, seed: int, orders: int):
-        create_topics(bootstrap, ["orders", "customers", "region-totals"], compacted=("customers",))
+        create_topics(bootstrap, ["orders", "customers", "region-totals", "region-hourly"], compacted=("customers",))
         rng = random.Random(seed)
         customers = {f"cust-{i}": rng.choice(REGIONS) for i in range(40)}
         p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
@@ -421,6 +422,16 @@ class RegionOracle:
             per_key.setdefault(k.decode(), []).append(int(v.decode().split(":")[0]))
         for region, counts in per_key.items():
             assert counts == list(range(1, self.count[region] + 1)), (region, counts[:50], self.count[region])
+        # The hourly windowed counts: per window 1..n, and the windows of a region add up to
+        # its count (a run crossing an hour boundary has two windows per region).
+        per_window: dict[str, list[int]] = {}
+        for _, _, k, v in read_committed(bootstrap, "region-hourly"):
+            per_window.setdefault(k.decode(), []).append(int(v))
+        hourly: Counter[str] = Counter()
+        for window, counts in per_window.items():
+            assert counts == list(range(1, len(counts) + 1)), (window, counts[:50])
+            hourly[window.split("@")[0]] += counts[-1]
+        assert hourly == self.count, (hourly, self.count)
 
 
 def test_region_totals_join_aggregate_through_app_and_broker_sigkill(broker_factory, streams_build, tmp_path):
@@ -451,6 +462,13 @@ def test_region_totals_join_aggregate_through_app_and_broker_sigkill(broker_fact
         feeder.finish()
         oracle.check(bs, [app])
         internal_topics_checked(bs, app_id, "by-region-repartition", "region-totals-store-changelog")
+        # WindowedChangelogTopicConfig: compact,delete, retention = the store's (2 h here) +
+        # windowstore.changelog.additional.retention.ms (1 day).
+        res = ConfigResource("topic", f"{app_id}-region-hourly-store-changelog")
+        admin = AdminClient({"bootstrap.servers": bs})  # held: a dropped client fails its futures
+        cfg = admin.describe_configs([res])[res].result(30)
+        assert (cfg["cleanup.policy"].value, cfg["retention.ms"].value) == (
+            "compact,delete", str(2 * 3600_000 + 86400_000)), {k: v.value for k, v in cfg.items()}
         check_no_streams_errors(app)
     finally:
         app.kill9()

@@ -6,20 +6,26 @@
 //              every order finds its customer whatever the timing: the oracle is deterministic)
 //   output     key region, value "COUNT:SUM" after each order (the store's cache is off, so
 //              every update is forwarded: per region the committed outputs count 1, 2, 3, ...)
+//   hourly     key "REGION@WINDOWSTART", value the count of that region's orders in that
+//              one-hour tumbling window (by record time), after each order
 //
-// orders -join(customers)-> (region, amount) -groupByKey (repartition)-> aggregate -> output.
-// The aggregate's store is backed by a compacted changelog topic and the grouping by a
-// repartition topic that Streams purges with DeleteRecords; the test checks both.
+// orders -join(customers)-> (region, amount) -groupByKey (repartition)-> aggregate -> output,
+//                                                         and -> windowed count -> hourly.
+// The aggregate's store is backed by a compacted changelog topic, the windowed store's by a
+// compact,delete one with a retention, and the grouping by a repartition topic that Streams
+// purges with DeleteRecords; the test checks all three.
 //
 // Usage: java -cp 'tests/kafka/extras/lib/*:BUILD' RegionTotals streams.properties
 // The properties file holds every setting (bootstrap.servers, application.id,
 // processing.guarantee, ...), as WordCountDemo takes its own; topic names default to
-// orders/customers/region-totals and can be set with regiontotals.{orders,customers,output}.
+// orders/customers/region-totals/region-hourly and can be set with
+// regiontotals.{orders,customers,output,hourly}.
 // The app prints "STATE <old> -> <new>" on each state change and exits 1 if Streams fails.
 
 import java.io.FileInputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
@@ -32,10 +38,13 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.WindowStore;
 
 public final class RegionTotals {
     public static void main(String[] args) throws IOException, InterruptedException {
@@ -50,6 +59,7 @@ public final class RegionTotals {
         String ordersTopic = (String) props.remove("regiontotals.orders");
         String customersTopic = (String) props.remove("regiontotals.customers");
         String outputTopic = (String) props.remove("regiontotals.output");
+        String hourlyTopic = (String) props.remove("regiontotals.hourly");
         props.putIfAbsent(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.putIfAbsent(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.putIfAbsent(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
@@ -60,7 +70,7 @@ public final class RegionTotals {
             customersTopic == null ? "customers" : customersTopic,
             Consumed.with(Serdes.String(), Serdes.String()));
         KStream<String, String> orders = builder.stream(ordersTopic == null ? "orders" : ordersTopic);
-        orders
+        KGroupedStream<String, String> byRegion = orders
             .join(customers,
                 (orderId, order) -> order.substring(0, order.indexOf(':')),
                 (order, region) -> region + ":" + order.substring(order.indexOf(':') + 1))
@@ -68,7 +78,8 @@ public final class RegionTotals {
                 int colon = regionAmount.indexOf(':');
                 return KeyValue.pair(regionAmount.substring(0, colon), regionAmount.substring(colon + 1));
             })
-            .groupByKey(Grouped.as("by-region"))
+            .groupByKey(Grouped.as("by-region"));
+        byRegion
             .aggregate(
                 () -> "0:0",
                 (region, amount, total) -> {
@@ -80,6 +91,13 @@ public final class RegionTotals {
                 Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("region-totals-store"))
             .toStream()
             .to(outputTopic == null ? "region-totals" : outputTopic,
+                Produced.with(Serdes.String(), Serdes.String()));
+        byRegion
+            .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofHours(1), Duration.ofHours(1)))
+            .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("region-hourly-store"))
+            .toStream((window, count) -> window.key() + "@" + window.window().start())
+            .mapValues(count -> Long.toString(count))
+            .to(hourlyTopic == null ? "region-hourly" : hourlyTopic,
                 Produced.with(Serdes.String(), Serdes.String()));
 
         KafkaStreams streams = new KafkaStreams(builder.build(), props);
