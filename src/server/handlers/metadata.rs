@@ -52,7 +52,13 @@ pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> M
     let auto_create =
         config.auto_create_topics_enable && (version < 4 || req.allow_auto_topic_creation);
     for requested in req.topics.unwrap_or_default() {
-        let by_name = requested.name.as_ref().map(|n| n.0.to_string());
+        // A topic id (v10+) wins over the name: the Java client sends the name field's
+        // default, an empty string rather than null, beside the id it asks for.
+        let by_name = if requested.topic_id.is_nil() {
+            requested.name.as_ref().map(|n| n.0.to_string())
+        } else {
+            None
+        };
         let found = match &by_name {
             Some(name) => catalog.topic(name).cloned(),
             None => catalog.topic_by_id(requested.topic_id.as_u128()).cloned(),
