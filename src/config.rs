@@ -914,7 +914,7 @@ pub fn log_config_from(
         c.cleanup_policy = CleanupPolicy::parse(policy).ok_or_else(|| {
             (
                 "cleanup.policy".into(),
-                format!("`{policy}` is not delete, compact or compact,delete"),
+                format!("`{policy}` is not delete, compact, compact,delete or empty"),
             )
         })?;
     }

@@ -76,11 +76,16 @@ impl CleanupPolicy {
     };
 
     /// Parses Kafka's list value: `delete`, `compact`, or both comma-separated in any order.
+    /// The empty list (Kafka 4.1+, what SUBTRACT of the last item leaves) is neither: no
+    /// retention and no compaction, segments kept indefinitely.
     pub fn parse(value: &str) -> Option<Self> {
         let mut policy = Self {
             delete: false,
             compact: false,
         };
+        if value.trim().is_empty() {
+            return Some(policy);
+        }
         for item in value.split(',').map(str::trim) {
             match item {
                 "delete" => policy.delete = true,

@@ -69,6 +69,18 @@ def test_java_group_consumer(broker, java_build):
     assert "OK: " in r.stdout.decode(), out[-3000:]
 
 
+def test_java_admin(broker, java_build):
+    """Proves the Java Admin client's calls answer as on Kafka 4.1 (the same AdminCheck passes
+    against tests/kafka/reference_kafka.py): createTopics with configs (and the configs reported
+    back), describeTopics, describeCluster, listOffsets (earliest, latest, timestamp, max
+    timestamp, read_committed), describeConfigs and incrementalAlterConfigs SET/DELETE/APPEND/
+    SUBTRACT, createPartitions, deleteRecords, list/describe/delete consumer groups and their
+    offsets, deleteTopics, an acks=1 non-idempotent producer, and the typed errors for an
+    existing topic, a bad replication factor, an unknown config, a missing topic or group, a
+    partition decrease, deleteRecords past the end and deleting a group with members."""
+    run_java(java_build, "AdminCheck", broker.bootstrap, "java-admin")
+
+
 def test_java_client_minimum_versions(broker, java_build):
     """Proves every API Strata advertises overlaps the versions kafka-clients 4.1 can send (its
     KIP-896 minimums: 4.x clients refuse anything older), so no advertised API is unusable

@@ -27,14 +27,14 @@ const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
 const TYPE_BOOLEAN: i8 = 1;
 const TYPE_DOUBLE: i8 = 6;
+const TYPE_LIST: i8 = 7;
 
 fn config_type(key: &str) -> i8 {
     match key {
-        "cleanup.policy"
-        | "compression.type"
+        "cleanup.policy" | "log.cleanup.policy" => TYPE_LIST,
+        "compression.type"
         | "message.timestamp.type"
         | "flush.policy"
-        | "log.cleanup.policy"
         | "log.message.timestamp.type"
         | "log.flush.policy"
         | "advertised.listeners"

@@ -1,10 +1,10 @@
 // The Java client's (kafka-clients 4.1) Admin API against a running broker, one call after the
 // other, each answer checked: createTopics with configs (and the configs it reports back),
-// describeTopics, describeCluster, listOffsets (earliest, latest, a timestamp, max timestamp,
+// describeTopics (by name and by id), describeCluster, listOffsets (earliest, latest, a timestamp, max timestamp,
 // read_committed), describeConfigs and incrementalAlterConfigs (SET, DELETE, APPEND,
 // SUBTRACT), createPartitions, deleteRecords, the consumer-group calls (list, describe, list
 // and alter offsets, delete offsets, delete groups) and deleteTopics, plus a non-idempotent
-// acks=1 producer and the errors Kafka gives for common mistakes.
+// acks=1 producer and the errors Kafka gives for common mistakes (each checked against Kafka 4.1).
 // Usage: java -cp lib/*:build AdminCheck BOOTSTRAP PREFIX. Exit 0 and "OK: ..." = passed.
 //        java -cp lib/*:build AdminCheck versions: prints "KEY NAME OLDEST LATEST" for every API
 //        this client can send to a broker (its KIP-896 minimums), for the test to compare.
@@ -25,6 +25,7 @@ import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.*;
@@ -150,6 +151,12 @@ public final class AdminCheck {
             }
             fails(admin.describeTopics(List.of(prefix + "-missing")).allTopicNames(), UnknownTopicOrPartitionException.class,
                     "describe a missing topic");
+            // By topic id (Metadata v12 with ids: the Java client sends an empty name beside each id).
+            org.apache.kafka.common.Uuid cfgId = get(created.topicId(cfgTopic));
+            TopicDescription byId = get(admin.describeTopics(TopicCollection.ofTopicIds(List.of(cfgId))).allTopicIds()).get(cfgId);
+            check(byId.name().equals(cfgTopic) && byId.partitions().size() == 3, "describeTopics by id: " + byId);
+            fails(admin.describeTopics(TopicCollection.ofTopicIds(List.of(org.apache.kafka.common.Uuid.randomUuid()))).allTopicIds(),
+                    UnknownTopicIdException.class, "describe a missing topic id");
 
             // --- describeConfigs / incrementalAlterConfigs
             Map<String, ConfigEntry> cfg = topicConfig(admin, cfgTopic);
@@ -250,6 +257,10 @@ public final class AdminCheck {
                         "describeConsumerGroups members " + d.members());
                 check(!d.isSimpleConsumerGroup(), "a subscribing group described as simple");
                 fails(admin.deleteConsumerGroups(List.of(group)).all(), GroupNotEmptyException.class, "delete a group with members");
+                fails(admin.alterConsumerGroupOffsets(group, Map.of(gtps.get(0), new OffsetAndMetadata(1))).all(),
+                        UnknownMemberIdException.class, "alter the offsets of a group with members");
+                fails(admin.deleteConsumerGroupOffsets(group, Set.of(gtps.get(0))).all(),
+                        GroupSubscribedToTopicException.class, "delete offsets of a topic the group subscribes to");
             }
             Collection<GroupListing> groups = get(admin.listGroups(ListGroupsOptions.forConsumerGroups()).all());
             check(groups.stream().anyMatch(g -> g.groupId().equals(group)), "listGroups(consumer) " + groups);
