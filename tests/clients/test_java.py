@@ -128,6 +128,7 @@ TXN_SCENARIOS = [
     ("ctp", [], None),
     ("fence", [], "InvalidProducerEpochException"),
     ("timeout", [], "ProducerFencedException"),
+    ("standalone", [], None),
 ]
 
 
@@ -145,7 +146,9 @@ def test_java_transactions(broker, java_build, scenario, extra, fenced_by):
     every input record in the output once and in order; fence = a second producer with the same
     transactional.id fences the first (InvalidProducerEpochException, as Kafka) and aborts its
     open transaction; timeout = the coordinator aborts a transaction older than
-    transaction.timeout.ms and the producer's commit fails with ProducerFencedException."""
+    transaction.timeout.ms and the producer's commit fails with ProducerFencedException;
+    standalone = offsets sent for a group no member joined (generation -1 or only a group id)
+    commit, and the group stays Empty and simple."""
     out = run_java(java_build, "TxnCheck", broker.bootstrap, f"java-{scenario}", scenario, *extra,
                    env={"EXPECT_TV": "1"})
     assert "transaction version used by the producer: 1" in out, out

@@ -12,6 +12,9 @@
 //   fence         a second producer with the same transactional.id fences the first, whose open
 //                 transaction is aborted (the LSO does not hang) and whose commit fails
 //   timeout       the coordinator aborts a transaction older than transaction.timeout.ms
+//   standalone    sendOffsetsToTransaction for a group no member joined (an assign() consumer's
+//                 groupMetadata(): generation -1, no member id; or only a group id), as Kafka
+//                 accepts them; the group stays Empty and simple
 // Every scenario also prints the producer's transaction version (the client turns KIP-890's
 // transaction version 2 on only when the broker finalizes the transaction.version feature at
 // 2+); EXPECT_TV=1|2 in the environment makes that a check.
@@ -497,6 +500,38 @@ public final class TxnCheck {
         System.out.println("OK: timeout: the coordinator aborted the expired transaction; commit failed with " + failedWith);
     }
 
+    // ---------------------------------------------------------------------------------------
+    static void standalone(String prefix) throws Exception {
+        String topic = prefix + "-s", group = prefix + "-sg";
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (Admin admin = Admin.create(common())) {
+            createTopics(admin, Map.of(topic, 1));
+            try (KafkaConsumer<byte[], byte[]> c = consumer(IsolationLevel.READ_COMMITTED, group);
+                 KafkaProducer<byte[], byte[]> p = txnProducer(prefix + "-stx", Map.of())) {
+                c.assign(List.of(tp));
+                ConsumerGroupMetadata gm = c.groupMetadata();
+                check(gm.generationId() == -1 && gm.memberId().isEmpty(), "an assign() consumer's group metadata: " + gm);
+                p.initTransactions();
+                p.beginTransaction();
+                checkVersion(p);
+                p.send(new ProducerRecord<>(topic, 0, null, b("x")));
+                p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(5)), gm);
+                p.commitTransaction();
+                OffsetAndMetadata got = c.committed(Set.of(tp), TIMEOUT).get(tp);
+                check(got != null && got.offset() == 5, "committed with generation -1: " + got);
+                p.beginTransaction();
+                p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(7)), new ConsumerGroupMetadata(group));
+                p.commitTransaction();
+                got = c.committed(Set.of(tp), TIMEOUT).get(tp);
+                check(got != null && got.offset() == 7, "committed with only a group id: " + got);
+            }
+            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).describedGroups().get(group).get(30, TimeUnit.SECONDS);
+            check(d.groupState() == org.apache.kafka.common.GroupState.EMPTY && d.isSimpleConsumerGroup(),
+                    "group after standalone transactional commits: " + d);
+        }
+        System.out.println("OK: standalone: transactional offsets for a group without members committed");
+    }
+
     public static void main(String[] args) throws Exception {
         bootstrap = args[0];
         String prefix = args[1];
@@ -505,6 +540,7 @@ public final class TxnCheck {
             case "ctp" -> ctp(prefix);
             case "fence" -> fence(prefix);
             case "timeout" -> timeout(prefix);
+            case "standalone" -> standalone(prefix);
             default -> throw new IllegalArgumentException("unknown scenario " + args[2]);
         }
     }
