@@ -102,7 +102,9 @@ class Copier:
                 continue
             if proc is self.proc:
                 self.remaining = status.get("remaining", self.remaining)
-                self.done = status.get("stage") == "ShutdownComplete"
+                # The copier prints ShutdownComplete from a finally block, after an error too:
+                # done only with nothing left to copy.
+                self.done = status.get("stage") == "ShutdownComplete" and self.remaining == 0
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
