@@ -504,11 +504,20 @@ fn append(
     };
     let batch = batch.freeze();
     let queued = ctx.groups.waiting_appends.borrow().contains_key(&partition);
+    // The epoch this append is made under: the batch counts as committed only if this broker
+    // still leads at it once the high watermark passed the batch.
+    let epoch = ctx.replicas.leader_epoch(&offsets_tp(partition));
     if !queued {
         match p.append_coordinator(&batch, now) {
             Ok(o) => {
                 appended_locally(ctx, partition);
-                return Ok(Box::pin(committed(p, partition, o.last_offset)));
+                return Ok(Box::pin(committed(
+                    ctx.clone(),
+                    epoch,
+                    p,
+                    partition,
+                    o.last_offset,
+                )));
             }
             Err(AppendError::Backpressure { .. }) => {}
             Err(e) => {
@@ -519,12 +528,20 @@ fn append(
     }
     let appended =
         wait_for_room(ctx, partition, batch).ok_or(ErrorCode::CoordinatorNotAvailable)?;
+    let ctx = ctx.clone();
     Ok(Box::pin(async move {
         match appended.await {
-            Ok(Some(last)) => committed(p, partition, last).await,
+            Ok(Some(last)) => committed(ctx, epoch, p, partition, last).await,
             _ => None,
         }
     }))
+}
+
+fn offsets_tp(partition: i32) -> super::TopicPartition {
+    super::TopicPartition {
+        topic: OFFSETS_TOPIC.to_string(),
+        partition,
+    }
 }
 
 /// Kafka's mapping of a log error met by a coordinator write to the error its client gets
@@ -544,26 +561,37 @@ fn coordinator_error(e: ErrorCode) -> ErrorCode {
 }
 
 fn appended_locally(ctx: &Rc<ShardCtx>, partition: i32) {
-    let tp = super::TopicPartition {
-        topic: OFFSETS_TOPIC.to_string(),
-        partition,
-    };
-    super::replica::on_local_append(ctx, &tp);
+    super::replica::on_local_append(ctx, &offsets_tp(partition));
 }
 
 /// Resolves once the group batch ending at `last` is durable and on every in-sync replica,
 /// to `last` (`None`: it is not).
-async fn committed(p: Rc<Partition>, partition: i32, last: i64) -> Option<i64> {
+async fn committed(
+    ctx: Rc<ShardCtx>,
+    leader_epoch: Option<i32>,
+    p: Rc<Partition>,
+    partition: i32,
+    last: i64,
+) -> Option<i64> {
     if let Err(e) = p.wait_durable(last).await {
         warn!(partition, "group records not durable: {e}");
         return None;
     }
     // Committed means on every in-sync replica, as Kafka's acks=-1 appends of the
-    // coordinator: a new coordinator must find what this one acknowledged.
+    // coordinator: a new coordinator must find what this one acknowledged. And under the
+    // epoch it was appended at: a deposed leader's record may be truncated away while its
+    // high watermark, now a follower's, passes the record's offset.
     let deadline = Instant::now() + GROUP_COMMIT_TIMEOUT;
-    super::replica::wait_committed(&p, last, deadline)
-        .await
-        .then_some(last)
+    let tp = offsets_tp(partition);
+    let ok =
+        super::replica::wait_committed_as_leader(&ctx, &tp, &p, last, leader_epoch, deadline).await;
+    if !ok {
+        warn!(
+            partition,
+            last, "group records not committed under this leader"
+        );
+    }
+    ok.then_some(last)
 }
 
 /// Queues `batch` behind the partition's waiting appends (starting its drainer if it is the

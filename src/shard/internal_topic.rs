@@ -109,14 +109,22 @@ pub fn append(
     };
     let queued = (host.queues)(ctx).waiting.borrow().contains_key(&partition);
     let timeout = host.commit_timeout;
+    // The epoch this append is made under: the batch counts as committed only if this broker
+    // still leads at it once the high watermark passed the batch.
+    let tp = super::TopicPartition {
+        topic: topic.to_string(),
+        partition,
+    };
+    let epoch = ctx.replicas.leader_epoch(&tp);
     if !queued {
         match p.append(&batch, now) {
             Ok(o) => {
                 appended_locally(ctx, topic, partition);
                 return Some(Box::pin(committed(
+                    ctx.clone(),
+                    tp,
+                    epoch,
                     p,
-                    topic,
-                    partition,
                     o.last_offset,
                     timeout,
                 )));
@@ -129,9 +137,10 @@ pub fn append(
         }
     }
     let appended = wait_for_room(ctx, host, partition, batch)?;
+    let ctx = ctx.clone();
     Some(Box::pin(async move {
         match appended.await {
-            Ok(Some(last)) => committed(p, topic, partition, last, timeout).await,
+            Ok(Some(last)) => committed(ctx, tp, epoch, p, last, timeout).await,
             _ => false,
         }
     }))
@@ -147,20 +156,26 @@ fn appended_locally(ctx: &Rc<ShardCtx>, topic: &str, partition: i32) {
 
 /// Resolves once the batch ending at `last` is durable and on every in-sync replica.
 async fn committed(
+    ctx: Rc<ShardCtx>,
+    tp: super::TopicPartition,
+    leader_epoch: Option<i32>,
     p: Rc<Partition>,
-    topic: &'static str,
-    partition: i32,
     last: i64,
     timeout: Duration,
 ) -> bool {
     if let Err(e) = p.wait_durable(last).await {
-        warn!(topic, partition, "coordinator records not durable: {e}");
+        warn!(topic = %tp.topic, partition = tp.partition, "coordinator records not durable: {e}");
         return false;
     }
     // Committed means on every in-sync replica, as Kafka's acks=-1 appends of its
     // coordinators: a new coordinator must find what this one acknowledged.
     let deadline = Instant::now() + timeout;
-    super::replica::wait_committed(&p, last, deadline).await
+    let ok =
+        super::replica::wait_committed_as_leader(&ctx, &tp, &p, last, leader_epoch, deadline).await;
+    if !ok {
+        warn!(topic = %tp.topic, partition = tp.partition, last, "coordinator records not committed under this leader");
+    }
+    ok
 }
 
 /// Queues `batch` behind the partition's waiting appends (starting its drainer if it is the

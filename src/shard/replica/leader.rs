@@ -99,6 +99,27 @@ pub async fn wait_committed(p: &Partition, last_offset: i64, deadline: Instant) 
     p.wait_for_hw_beyond(last_offset, deadline).await > last_offset
 }
 
+/// A coordinator's acks=all append (`__consumer_offsets`, `__transaction_state`): waits until
+/// `last_offset` is committed, then requires that this broker still leads `tp` at
+/// `leader_epoch`, the epoch it appended under (`None`: it did not lead, so never committed).
+/// A leader that lost its partition meanwhile (paused, cut off) becomes a follower, truncates
+/// its own record away and then sees its high watermark pass `last_offset` on the new
+/// leader's history: acknowledging then reports a write the new leader never had. Kafka's
+/// delayed produce answers NOT_LEADER_OR_FOLLOWER once the partition is not led here.
+pub async fn wait_committed_as_leader(
+    ctx: &ShardCtx,
+    tp: &TopicPartition,
+    p: &Partition,
+    last_offset: i64,
+    leader_epoch: Option<i32>,
+    deadline: Instant,
+) -> bool {
+    if leader_epoch.is_none() {
+        return false;
+    }
+    wait_committed(p, last_offset, deadline).await && ctx.replicas.leader_epoch(tp) == leader_epoch
+}
+
 /// Leaders check their own log end and their followers' lag (ISR shrink).
 pub(super) fn tick_leaders(ctx: &Rc<ShardCtx>) {
     let now = ctx.shared.clock.monotonic_ms();

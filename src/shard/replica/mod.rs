@@ -46,6 +46,7 @@ use crate::storage::Partition;
 use fetcher::{retry_stalled_followers, start_fetchers};
 pub use leader::{
     epoch_end, on_follower_fetch, on_local_append, replica_error_code, wait_committed,
+    wait_committed_as_leader,
 };
 use leader::{run_leader_commands, tick_leaders};
 use to_controller::report_offline;
