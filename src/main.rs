@@ -29,6 +29,12 @@ enum Command {
     /// Cluster status, partition reassignment and leader elections.
     #[command(subcommand)]
     Cluster(strata::cli::ClusterCommand),
+    /// List and describe transactions; abort a hanging one.
+    #[command(subcommand)]
+    Txn(strata::cli::TxnCommand),
+    /// Describe the producers (and their open transactions) of a partition.
+    #[command(subcommand)]
+    Producers(strata::cli::ProducersCommand),
     /// Write lines from stdin to a topic.
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
@@ -84,6 +90,8 @@ fn main() {
         Command::Topic(cmd) => strata::cli::run_topic(cmd),
         Command::Group(cmd) => strata::cli::run_group(cmd),
         Command::Cluster(cmd) => strata::cli::run_cluster(cmd),
+        Command::Txn(cmd) => strata::cli::run_txn(cmd),
+        Command::Producers(cmd) => strata::cli::run_producers(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),

@@ -1,4 +1,5 @@
-//! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata cluster ...`, `strata produce`,
+//! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata cluster ...`,
+//! `strata txn ...`, `strata producers ...`, `strata produce`,
 //! `strata consume`.
 //!
 //! Each talks the Kafka protocol through [`crate::client`], so it works against any
@@ -11,6 +12,7 @@ mod group;
 pub mod log_dump;
 mod produce;
 mod topic;
+mod txn;
 
 use crate::client::{Client, ClientConfig, BOOTSTRAP_DEFAULT};
 
@@ -19,6 +21,7 @@ pub use consume::{ConsumeArgs, OutputFormat, StartFrom};
 pub use group::{GroupCommand, ResetTarget};
 pub use produce::{AcksArg, CompressionArg, ProduceArgs};
 pub use topic::TopicCommand;
+pub use txn::{ProducersCommand, TxnCommand};
 
 /// How to reach the cluster; flattened into every subcommand.
 #[derive(clap::Args, Debug, Clone)]
@@ -50,6 +53,16 @@ pub fn run_group(cmd: GroupCommand) -> anyhow::Result<()> {
 /// Runs a `strata cluster ...` command.
 pub fn run_cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
     cluster::run(cmd)
+}
+
+/// Runs a `strata txn ...` command.
+pub fn run_txn(cmd: TxnCommand) -> anyhow::Result<()> {
+    txn::run(cmd)
+}
+
+/// Runs a `strata producers ...` command.
+pub fn run_producers(cmd: ProducersCommand) -> anyhow::Result<()> {
+    txn::run_producers(cmd)
 }
 
 /// Runs `strata produce`.

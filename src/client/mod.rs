@@ -25,6 +25,7 @@ pub mod group;
 pub mod partitioner;
 mod produce;
 pub mod records;
+mod txn;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -42,6 +43,7 @@ pub use group::{CommittedOffset, GroupDescription, GroupListing, GroupMember};
 pub use kafka_protocol::records::Compression;
 pub use produce::{Acks, PartitionAck, ProduceOptions};
 pub use records::{ConsumedRecord, ProduceRecord};
+pub use txn::{ProducerInfo, TxnInfo, TxnListing};
 
 /// Largest response frame the client accepts. Fetch responses are the big ones; this leaves
 /// room above [`FETCH_RESPONSE_BYTES_DEFAULT`] for framing and several partitions.

@@ -55,6 +55,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Offsets committed inside a transaction (KIP-98; member fields v3+, KIP-447). v5 means
     // the client relies on KIP-890's server-side transaction verification, not implemented.
     (ApiKey::TxnOffsetCommit, 0, 4),
+    // Finding and aborting hanging transactions (KIP-664, `kafka-transactions.sh`);
+    // ListTransactions v1 adds the duration filter (KIP-994), v2 the id pattern (KIP-1152).
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 2),
 ];
 
 /// The supported version range of `api`, if Strata implements it.

@@ -183,6 +183,29 @@ pub async fn dispatch(
                 handlers::end_txn::handle(&ctx, version, req).await
             })
         }
+        // The admin side of transactions (KIP-664): answered from producer and coordinator
+        // state at once, no log write.
+        ApiKey::DescribeProducers => {
+            let req: DescribeProducersRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::describe_producers::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::DescribeTransactions => {
+            let req: DescribeTransactionsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::describe_transactions::handle(ctx, version, req).await,
+            )
+        }
+        ApiKey::ListTransactions => {
+            let req: ListTransactionsRequest = decode_body(&raw)?;
+            respond(
+                &raw,
+                &handlers::list_transactions::handle(ctx, version, req).await,
+            )
+        }
         ApiKey::DescribeConfigs => {
             let req: DescribeConfigsRequest = decode_body(&raw)?;
             respond(&raw, &handlers::describe_configs::handle(ctx, version, req))

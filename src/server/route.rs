@@ -10,6 +10,7 @@ use std::rc::Rc;
 use crate::protocol::error::ErrorCode;
 use crate::shard::mesh::{begin, Started};
 use crate::shard::ops::{ShardOp, ShardReply};
+use crate::shard::partition_service::describe_producers::ProducersResult;
 use crate::shard::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
 use crate::shard::partition_service::list_offsets::OffsetQuery;
 use crate::shard::partition_service::write_markers::{MarkerResult, MarkerWrite};
@@ -213,6 +214,26 @@ impl LeaderOp for EpochEnds {
     }
     fn failed(e: ErrorCode) -> EpochEndResult {
         EpochEndResult::failed(e)
+    }
+}
+
+/// DescribeProducers: no argument.
+pub struct DescribeProducers;
+
+impl LeaderOp for DescribeProducers {
+    type Arg = ();
+    type Reply = ProducersResult;
+    fn op(parts: Vec<(TopicPartition, ())>) -> ShardOp {
+        ShardOp::DescribeProducers { parts }
+    }
+    fn results(reply: ShardReply) -> Option<Vec<ProducersResult>> {
+        match reply {
+            ShardReply::Producers(r) => Some(r),
+            _ => None,
+        }
+    }
+    fn failed(e: ErrorCode) -> ProducersResult {
+        ProducersResult::failed(e)
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 
+use super::partition_service::describe_producers::ProducersResult;
 use super::partition_service::epoch_ends::{EpochEndResult, EpochQuery};
 use super::partition_service::fetch::{FetchPart, FetchResult, Waiter};
 use super::partition_service::list_offsets::OffsetQuery;
@@ -53,6 +54,10 @@ pub enum ShardOp {
     EpochEnds {
         parts: Vec<(TopicPartition, EpochQuery)>,
     },
+    /// DescribeProducers: each partition's producer state, on its leader.
+    DescribeProducers {
+        parts: Vec<(TopicPartition, ())>,
+    },
     /// DescribeLogDirs: each local replica's size and cleaner state.
     LogDirs {
         parts: Vec<TopicPartition>,
@@ -81,6 +86,10 @@ pub enum ShardOp {
     Txn {
         req: super::txns::TxnRequest,
     },
+    /// DescribeTransactions / ListTransactions, answered from this shard's coordinator.
+    TxnAdmin {
+        req: super::txns::TxnAdminRequest,
+    },
 }
 
 pub enum ShardReply {
@@ -91,10 +100,12 @@ pub enum ShardReply {
     Markers(Vec<MarkerResult>),
     EpochEnds(Vec<EpochEndResult>),
     LogDirs(Vec<LogDirResult>),
+    Producers(Vec<ProducersResult>),
     Done(Result<(), String>),
     Group(super::groups::GroupReply),
     Metrics(Box<crate::metrics::ShardSnapshot>),
     Txn(crate::txn::Response),
+    TxnAdmin(super::txns::TxnAdminReply),
     /// The target shard is gone (shutting down).
     Unavailable,
 }
@@ -138,6 +149,11 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
                 async move { ShardReply::LogDirs(service::log_dirs::describe(&ctx, parts).await) },
             )
         }
+        ShardOp::DescribeProducers { parts } => Box::pin(async move {
+            ShardReply::Producers(
+                service::describe_producers::describe_producers(&ctx, parts).await,
+            )
+        }),
         ShardOp::WriteMarkers { parts } => Box::pin(async move {
             ShardReply::Markers(service::write_markers::write_markers(&ctx, parts).await)
         }),
@@ -156,6 +172,7 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
         }),
         ShardOp::Group { partition, req } => super::groups::start(ctx, partition, req),
         ShardOp::Txn { req } => super::txns::start(ctx, req),
+        ShardOp::TxnAdmin { req } => super::txns::start_admin(ctx, req),
         ShardOp::SetConfig { topic, config } => Box::pin(async move {
             service::lifecycle::set_config(&ctx, &topic, &config);
             ShardReply::Done(Ok(()))

@@ -39,10 +39,11 @@ use super::partition_service::write_markers::MarkerWrite;
 use super::peer::PeerConnection;
 use super::{ShardCtx, TopicPartition};
 use crate::protocol::control::{EndTxnMarker, TxnOutcome};
+use crate::txn::admin::ListFilter;
 use crate::txn::{
     AddOffsetsArgs, AddPartitionsArgs, AppendFailure, Coordinator, Effect, EndTxnArgs, ErrorCode,
     InitProducerIdArgs, MarkerRequest, ProducerIdBlock, RequestId, Response, TxnConfig,
-    TxnPartition, TxnResult, TxnState, TRANSACTION_STATE_TOPIC,
+    TxnDescription, TxnPartition, TxnResult, TxnState, TRANSACTION_STATE_TOPIC,
 };
 
 /// How often the coordinator's timers advance. Transaction timeouts are seconds and the
@@ -208,6 +209,66 @@ pub async fn call_txn(ctx: &Rc<ShardCtx>, req: TxnRequest) -> Response {
         ShardReply::Txn(r) => r,
         _ => unavailable,
     }
+}
+
+/// A read-only question for the coordinators (DescribeTransactions, ListTransactions),
+/// answered at once from their state.
+pub enum TxnAdminRequest {
+    Describe(String),
+    List(ListFilter),
+}
+
+pub enum TxnAdminReply {
+    Describe(Result<TxnDescription, ErrorCode>),
+    List(Result<Vec<TxnDescription>, ErrorCode>),
+}
+
+/// DescribeTransactions for one id, asked of the shard coordinating it on this broker.
+pub async fn describe(
+    ctx: &Rc<ShardCtx>,
+    transactional_id: &str,
+) -> Result<TxnDescription, ErrorCode> {
+    let Some(shard) = coordinator_shard(ctx, transactional_id) else {
+        return Err(ErrorCode::NotCoordinator);
+    };
+    let req = TxnAdminRequest::Describe(transactional_id.to_string());
+    match call(ctx, shard, ShardOp::TxnAdmin { req }).await {
+        ShardReply::TxnAdmin(TxnAdminReply::Describe(r)) => r,
+        _ => Err(ErrorCode::CoordinatorNotAvailable),
+    }
+}
+
+/// ListTransactions: the ids every shard of this broker coordinates that `filter` keeps, by
+/// id. A shard with nothing loaded answers an empty list, so asking all of them is exact.
+pub async fn list_all(
+    ctx: &Rc<ShardCtx>,
+    filter: ListFilter,
+) -> Result<Vec<TxnDescription>, ErrorCode> {
+    let mut all = Vec::new();
+    for shard in 0..ctx.shared.nr_shards {
+        let req = TxnAdminRequest::List(filter.clone());
+        match call(ctx, shard, ShardOp::TxnAdmin { req }).await {
+            ShardReply::TxnAdmin(TxnAdminReply::List(r)) => all.extend(r?),
+            _ => return Err(ErrorCode::CoordinatorNotAvailable),
+        }
+    }
+    all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+    Ok(all)
+}
+
+/// Answers an admin question on this shard, from its coordinator's state.
+pub fn start_admin(ctx: Rc<ShardCtx>, req: TxnAdminRequest) -> LocalBoxFuture<'static, ShardReply> {
+    let now_wall_ms = ctx.shared.clock.now().wall_ms;
+    let reply = {
+        let c = ctx.txns.coordinator.borrow();
+        match req {
+            TxnAdminRequest::Describe(id) => TxnAdminReply::Describe(c.describe_checked(&id)),
+            TxnAdminRequest::List(filter) => {
+                TxnAdminReply::List(c.list_filtered(&filter, now_wall_ms))
+            }
+        }
+    };
+    Box::pin(futures::future::ready(ShardReply::TxnAdmin(reply)))
 }
 
 /// Runs a transaction request on this (the coordinator's) shard.

@@ -178,6 +178,26 @@ pub struct ProducerStateTable {
     /// above the high watermark, in marker order: they hold the last stable offset back until
     /// the marker is replicated (Kafka's `unreplicatedTxns`).
     unreplicated: VecDeque<(i64, i64)>,
+    /// Largest timestamp of each producer's last batch or marker (DescribeProducers'
+    /// `last_timestamp`). Kept beside the entries, not in them, so the snapshot format stays
+    /// as it is: after a restart a producer reads -1 until it writes again (or its batches
+    /// are replayed), which `find-hanging` treats as old, the safe side.
+    last_timestamps: HashMap<i64, i64>,
+}
+
+/// One producer as DescribeProducers reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerView {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Sequence of the last record of the last retained batch (-1: none).
+    pub last_sequence: i32,
+    /// -1 if unknown (see `ProducerStateTable::last_timestamps`).
+    pub last_timestamp: i64,
+    /// Epoch of the coordinator that wrote the last marker (-1: none yet).
+    pub coordinator_epoch: i32,
+    /// First offset of the open transaction, if one is open.
+    pub txn_first_offset: Option<i64>,
 }
 
 fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
@@ -205,6 +225,36 @@ impl ProducerStateTable {
         self.producers
             .get(&producer_id)
             .and_then(|e| e.txn_first_offset)
+    }
+
+    /// Every producer with state, by producer id (DescribeProducers).
+    pub fn describe(&self) -> Vec<ProducerView> {
+        let mut all: Vec<ProducerView> = self
+            .producers
+            .values()
+            .map(|e| ProducerView {
+                producer_id: e.producer_id,
+                epoch: e.epoch,
+                last_sequence: e.batches.last().map(|b| b.last_seq).unwrap_or(-1),
+                last_timestamp: self
+                    .last_timestamps
+                    .get(&e.producer_id)
+                    .copied()
+                    .unwrap_or(-1),
+                coordinator_epoch: e.coordinator_epoch,
+                txn_first_offset: e.txn_first_offset,
+            })
+            .collect();
+        all.sort_by_key(|v| v.producer_id);
+        all
+    }
+
+    /// Notes the largest timestamp of a producer's latest batch or marker; ignored for a
+    /// producer without state (non-idempotent, or evicted).
+    pub fn note_timestamp(&mut self, producer_id: i64, timestamp: i64) {
+        if self.producers.contains_key(&producer_id) {
+            self.last_timestamps.insert(producer_id, timestamp);
+        }
     }
 
     /// `min(high_watermark, first offset of every open transaction and of every ended one
@@ -237,6 +287,7 @@ impl ProducerStateTable {
 
     /// Removes a producer and its open transaction.
     fn remove(&mut self, producer_id: i64) {
+        self.last_timestamps.remove(&producer_id);
         if let Some(e) = self.producers.remove(&producer_id) {
             if let Some(first) = e.txn_first_offset {
                 self.ongoing.remove(&(first, producer_id));
@@ -246,7 +297,11 @@ impl ProducerStateTable {
 
     /// Inserts (or replaces) an entry, keeping `ongoing` in step.
     fn insert(&mut self, entry: ProducerEntry) {
+        let timestamp = self.last_timestamps.get(&entry.producer_id).copied();
         self.remove(entry.producer_id);
+        if let Some(t) = timestamp {
+            self.last_timestamps.insert(entry.producer_id, t);
+        }
         if let Some(first) = entry.txn_first_offset {
             self.ongoing.insert((first, entry.producer_id));
         }
@@ -334,11 +389,15 @@ impl ProducerStateTable {
     pub fn replay(&mut self, h: &BatchHeader, batch: &[u8]) -> Option<CompletedTxn> {
         if !h.is_control() {
             self.record(&BatchIdentity::of(h), h.base_offset, h.last_offset());
+            self.note_timestamp(h.producer_id, h.max_timestamp);
             return None;
         }
         match parse_end_txn_marker(batch) {
             Ok(Some(marker)) if h.producer_id >= 0 => {
-                Some(self.complete_txn(h.producer_id, h.producer_epoch, marker, h.base_offset))
+                let done =
+                    self.complete_txn(h.producer_id, h.producer_epoch, marker, h.base_offset);
+                self.note_timestamp(h.producer_id, h.max_timestamp);
+                Some(done)
             }
             Ok(_) => None,
             Err(e) => {
@@ -505,6 +564,9 @@ impl ProducerStateTable {
                 self.evict_oldest();
             }
             self.insert(entry);
+            if let Some(&t) = other.last_timestamps.get(&pid) {
+                self.last_timestamps.insert(pid, t);
+            }
         }
         self.unreplicated.extend(other.unreplicated);
         self.unreplicated.make_contiguous().sort_unstable();
@@ -795,5 +857,46 @@ mod tests {
         gone.sort_unstable();
         assert_eq!(gone, vec![2, 9]);
         assert_eq!(t.last_stable_offset(100), 100);
+    }
+
+    /// DescribeProducers' view: last sequence, timestamp (noted, -1 when unknown),
+    /// coordinator epoch of the last marker and the open transaction's first offset; a
+    /// marker closes the transaction; an evicted producer loses its timestamp with it.
+    #[test]
+    fn describe_reports_each_producer() {
+        let mut t = ProducerStateTable::default();
+        t.record(&txn(1, 0, 4), 10, 14);
+        t.note_timestamp(1, 1_700_000_000_000);
+        t.record(&id(2, 3, 0, 0), 15, 15);
+        t.note_timestamp(77, 5); // no state: ignored
+        let d = t.describe();
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[0],
+            ProducerView {
+                producer_id: 1,
+                epoch: 0,
+                last_sequence: 4,
+                last_timestamp: 1_700_000_000_000,
+                coordinator_epoch: -1,
+                txn_first_offset: Some(10),
+            }
+        );
+        assert_eq!(
+            (d[1].producer_id, d[1].epoch, d[1].last_timestamp),
+            (2, 3, -1)
+        );
+        assert_eq!(d[1].txn_first_offset, None);
+        let marker = EndTxnMarker {
+            outcome: TxnOutcome::Abort,
+            coordinator_epoch: 4,
+        };
+        t.complete_txn(1, 0, marker, 16);
+        let d = t.describe();
+        assert_eq!((d[0].coordinator_epoch, d[0].txn_first_offset), (4, None));
+        t.evict_below(100);
+        assert!(t.describe().is_empty());
+        t.record(&id(1, 0, 0, 0), 100, 100);
+        assert_eq!(t.describe()[0].last_timestamp, -1);
     }
 }

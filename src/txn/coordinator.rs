@@ -830,6 +830,37 @@ impl Coordinator {
             .map(|e| describe(transactional_id, &e.meta))
     }
 
+    /// DescribeTransactions for one id, with Kafka's errors: NOT_COORDINATOR if this shard
+    /// does not lead the id's partition, COORDINATOR_LOAD_IN_PROGRESS while it replays it,
+    /// TRANSACTIONAL_ID_NOT_FOUND for an unknown id or one being expired (Dead).
+    pub fn describe_checked(&self, transactional_id: &str) -> Result<TxnDescription, ErrorCode> {
+        self.locate(transactional_id)?;
+        match self.txns.get(transactional_id) {
+            Some(e) if e.meta.fields.state != TxnState::Dead => {
+                Ok(describe(transactional_id, &e.meta))
+            }
+            _ => Err(ErrorCode::TransactionalIdNotFound),
+        }
+    }
+
+    /// ListTransactions on this shard: the ids `filter` keeps, by id; while any of its
+    /// partitions is loading, COORDINATOR_LOAD_IN_PROGRESS (Kafka answers the whole request
+    /// so rather than list part of them).
+    pub fn list_filtered(
+        &self,
+        filter: &super::admin::ListFilter,
+        now_wall_ms: i64,
+    ) -> Result<Vec<TxnDescription>, ErrorCode> {
+        if self.partitions.values().any(|p| !p.loaded) {
+            return Err(ErrorCode::CoordinatorLoadInProgress);
+        }
+        Ok(self
+            .list()
+            .into_iter()
+            .filter(|d| filter.matches(d, now_wall_ms))
+            .collect())
+    }
+
     /// ListTransactions: every id this shard coordinates, by id.
     pub fn list(&self) -> Vec<TxnDescription> {
         let mut all: Vec<TxnDescription> = self

@@ -26,6 +26,7 @@
 //!
 //! Implemented: transaction version 1 (the client never bumps the epoch at EndTxn). Not yet:
 //! version 2 (KIP-890: epoch bump per transaction, implicit partition adds, abort from Empty).
+pub mod admin;
 pub mod coordinator;
 pub mod limits;
 pub mod record;

@@ -1219,3 +1219,87 @@ fn run_random(seed: u64, steps: usize) {
         eprintln!("seed {seed}: records {states:?} answers {answers:?}");
     }
 }
+
+/// DescribeTransactions and ListTransactions answer as Kafka's coordinator does: the
+/// described fields of an open transaction, TRANSACTIONAL_ID_NOT_FOUND for an unknown id,
+/// NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS by partition, filters applied, and no
+/// listing at all while a partition loads.
+#[test]
+fn describe_and_list_for_admins() {
+    use super::admin::{ListFilter, ListQuery};
+    let (mine, other) = ("t", "u");
+    let p_mine = partition_for(mine, 2);
+    let p_other = partition_for(other, 2);
+    let mut h = Host::with_partitions(2, &[p_mine]);
+    let p = h.init(mine, None).expect("init");
+    h.add(mine, p, &[tp("a", 1), tp("a", 0)]).expect("add");
+    let d = h.c.describe_checked(mine).expect("described");
+    assert_eq!(d.state, TxnState::Ongoing);
+    assert_eq!((d.producer_id, d.producer_epoch), (p.producer_id, p.epoch));
+    assert_eq!(d.timeout_ms, 60_000);
+    assert_eq!(d.start_timestamp_ms, h.now.wall_ms);
+    let mut parts = d.partitions.clone();
+    parts.sort_by_key(|x| x.partition);
+    assert_eq!(parts, vec![tp("a", 0), tp("a", 1)]);
+
+    assert_eq!(
+        h.c.describe_checked(other).err(),
+        Some(ErrorCode::NotCoordinator)
+    );
+    // Another id on a led partition that was never initialised.
+    let unknown = (0..1000)
+        .map(|i| format!("x{i}"))
+        .find(|id| partition_for(id, 2) == p_mine)
+        .expect("an id on the led partition");
+    assert_eq!(
+        h.c.describe_checked(&unknown).err(),
+        Some(ErrorCode::TransactionalIdNotFound)
+    );
+
+    let all = ListFilter::parse(ListQuery {
+        duration_ms: -1,
+        ..ListQuery::default()
+    })
+    .expect("filter")
+    .0;
+    let listed = h.c.list_filtered(&all, h.now.wall_ms).expect("listed");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].transactional_id, mine);
+    let committed = ListFilter::parse(ListQuery {
+        state_names: vec!["CompleteCommit".into()],
+        duration_ms: -1,
+        ..ListQuery::default()
+    })
+    .expect("filter")
+    .0;
+    assert!(h
+        .c
+        .list_filtered(&committed, h.now.wall_ms)
+        .expect("listed")
+        .is_empty());
+    h.end(mine, p, TxnResult::Commit).expect("commit");
+    assert_eq!(
+        h.c.list_filtered(&committed, h.now.wall_ms)
+            .expect("listed")
+            .len(),
+        1
+    );
+
+    let mut out = Vec::new();
+    h.c.load_partition(p_other, 3, &mut out);
+    assert_eq!(
+        h.c.describe_checked(other).err(),
+        Some(ErrorCode::CoordinatorLoadInProgress)
+    );
+    assert_eq!(
+        h.c.list_filtered(&all, h.now.wall_ms).err(),
+        Some(ErrorCode::CoordinatorLoadInProgress)
+    );
+    h.c.finish_load(p_other, h.now, &mut out);
+    assert_eq!(
+        h.c.list_filtered(&all, h.now.wall_ms)
+            .expect("listed")
+            .len(),
+        1
+    );
+}

@@ -10,6 +10,7 @@
 //! client should see; none of them touches another shard's partitions.
 pub mod append_order;
 pub mod delete_records;
+pub mod describe_producers;
 pub mod epoch_ends;
 pub mod fetch;
 pub mod lifecycle;

@@ -331,6 +331,9 @@ impl Partition {
             );
             inner.note_completed(done);
         }
+        inner
+            .producers
+            .note_timestamp(header.producer_id, h.max_timestamp);
         if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
             inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
         }

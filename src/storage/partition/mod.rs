@@ -62,7 +62,7 @@ use super::budget::{Charge, Evictable, MemoryBudget, MemoryClass};
 use super::epoch_checkpoint;
 use super::file_io::{DmaFileSystem, FileSystem};
 use super::notify::Notify;
-use super::producer_state::ProducerStateTable;
+use super::producer_state::{ProducerStateTable, ProducerView};
 use super::recovery::{recover, scan_epochs, write_indexes, write_producer_snapshot};
 use super::segment::Segment;
 use super::space::DiskSpace;
@@ -460,6 +460,11 @@ impl Partition {
             .borrow()
             .producers
             .open_txn_first_offset(producer_id)
+    }
+
+    /// Every producer with state on this partition (DescribeProducers).
+    pub fn producers(&self) -> Vec<ProducerView> {
+        self.inner.borrow().producers.describe()
     }
 
     /// Offsets below this are fsynced: the durable log end, what a follower reports to its
