@@ -24,6 +24,11 @@ pub struct LogDumpArgs {
     /// offset, key and tombstone).
     #[arg(long)]
     pub keys: bool,
+    /// One line per batch instead of per record (with --json, one object): its offsets,
+    /// producer fields, transactional and control bits, record count, delete horizon, and
+    /// for a transaction marker its outcome. What the cleaner kept of a transactional log.
+    #[arg(long, conflicts_with = "keys")]
+    pub batches: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -72,6 +77,10 @@ fn dump(args: &LogDumpArgs) -> anyhow::Result<()> {
         for item in BatchIter::new(&data) {
             let Ok((at, header)) = item else { break };
             let batch = data.slice(at..at + header.total_len());
+            if args.batches {
+                print_batch(&header, &batch, args.json);
+                continue;
+            }
             let (records, _) =
                 crate::client::records::decode_batches(&batch, 0).with_context(|| {
                     format!("decoding the batch at byte {at} of {}", file.display())
@@ -116,4 +125,52 @@ fn dump(args: &LogDumpArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One line of `--batches`.
+fn print_batch(header: &crate::protocol::record_batch::BatchHeader, batch: &[u8], json: bool) {
+    use crate::protocol::control::{parse_end_txn_marker, TxnOutcome};
+    let marker = match parse_end_txn_marker(batch) {
+        Ok(Some(m)) if m.outcome == TxnOutcome::Commit => Some("COMMIT"),
+        Ok(Some(_)) => Some("ABORT"),
+        _ => None,
+    };
+    let horizon = header.delete_horizon_ms();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "base_offset": header.base_offset,
+                "last_offset": header.last_offset(),
+                "producer_id": header.producer_id,
+                "producer_epoch": header.producer_epoch,
+                "base_sequence": header.base_sequence,
+                "transactional": header.is_transactional(),
+                "control": header.is_control(),
+                "records": header.records_count,
+                "delete_horizon_ms": horizon,
+                "marker": marker,
+            })
+        );
+    } else {
+        println!(
+            "batch {}..{} producer {} epoch {} sequence {} records {}{}{}{}{}",
+            header.base_offset,
+            header.last_offset(),
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.records_count,
+            if header.is_transactional() {
+                " transactional"
+            } else {
+                ""
+            },
+            if header.is_control() { " control" } else { "" },
+            marker.map(|m| format!(" {m}")).unwrap_or_default(),
+            horizon
+                .map(|h| format!(" delete-horizon {h}"))
+                .unwrap_or_default(),
+        );
+    }
 }

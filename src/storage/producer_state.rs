@@ -220,6 +220,16 @@ impl ProducerStateTable {
             .filter(|&o| o >= 0)
     }
 
+    /// The offset of a producer's last marker when it has no data batch left in its state
+    /// (the cleaner keeps that marker: it is what carries the producer's epoch).
+    pub fn last_marker_of(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .filter(|e| e.batches.is_empty())
+            .map(|e| e.last_marker_offset)
+            .filter(|&o| o >= 0)
+    }
+
     /// The open transaction's first offset of a producer, if it has one.
     pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
         self.producers

@@ -251,9 +251,15 @@ async fn finish_swap(dir: &Path, name: &str, bases: &mut Vec<i64>) -> Result<(),
     let swap_path = dir.join(format!("{name}.swap"));
     let data = std::fs::read(&swap_path).map_err(|e| Error::io(&swap_path, "read", e))?;
     let mut end = base;
+    let mut markers_kept = std::collections::BTreeSet::new();
     for item in BatchIter::new(&data) {
         match item {
-            Ok((_, h)) => end = end.max(h.last_offset() + 1),
+            Ok((_, h)) => {
+                end = end.max(h.last_offset() + 1);
+                if h.is_control() && h.records_count > 0 {
+                    markers_kept.insert(h.last_offset());
+                }
+            }
             Err(_) => break,
         }
     }
@@ -263,9 +269,9 @@ async fn finish_swap(dir: &Path, name: &str, bases: &mut Vec<i64>) -> Result<(),
         .copied()
         .filter(|&b| b == base || (b > base && b < end))
         .collect();
-    // The cleaned segment keeps every marker of the ones it replaces: their aborted
-    // indexes become its own before they go.
-    merge_txn_indexes(dir, base, &replaced).await?;
+    // The aborted indexes of the segments it replaces become its own before they go, less
+    // the entries whose marker the cleaner removed (as the cleaner itself does).
+    merge_txn_indexes(dir, base, &replaced, &markers_kept).await?;
     for b in &replaced {
         if *b == base {
             remove_segment_data_files(dir, *b).await?;
@@ -282,10 +288,17 @@ async fn finish_swap(dir: &Path, name: &str, bases: &mut Vec<i64>) -> Result<(),
 }
 
 /// Writes `base`'s `.txnindex` as the union of the `.txnindex` files of `sources` (which may
-/// include `base` itself, maybe already merged): a cleaned segment replacing them keeps all
-/// their markers. Entries are told apart by their marker offset; a file that does not decode
-/// is skipped (the log's markers are still there for a rebuild).
-pub(crate) async fn merge_txn_indexes(dir: &Path, base: i64, sources: &[i64]) -> Result<(), Error> {
+/// include `base` itself, maybe already merged), keeping the entries whose ABORT marker is in
+/// `markers_kept` (the cleaned segment replacing them still holds it: an entry without its
+/// marker would hide the producer's later records from read_committed readers). Entries are
+/// told apart by their marker offset; a file that does not decode is skipped (the log's
+/// markers are still there for a rebuild). Idempotent: a crash in here is redone.
+pub(crate) async fn merge_txn_indexes(
+    dir: &Path,
+    base: i64,
+    sources: &[i64],
+    markers_kept: &std::collections::BTreeSet<i64>,
+) -> Result<(), Error> {
     let mut merged: BTreeMap<i64, AbortedTxn> = BTreeMap::new();
     for &source in sources {
         match txn_index::read(dir, source, i64::MAX).await {
@@ -299,7 +312,10 @@ pub(crate) async fn merge_txn_indexes(dir: &Path, base: i64, sources: &[i64]) ->
             }
         }
     }
-    let entries: Vec<AbortedTxn> = merged.into_values().collect();
+    let entries: Vec<AbortedTxn> = merged
+        .into_values()
+        .filter(|e| markers_kept.contains(&e.last_offset))
+        .collect();
     txn_index::write(dir, base, &entries).await
 }
 

@@ -943,7 +943,7 @@ fn closed_segments_open_lazily() {
 // ---- replication: epochs, follower append, truncation, high watermark ----
 
 /// Every batch in `[from, upper)`, read in as many bounded reads as it takes.
-async fn read_all(p: &Partition, from: i64, upper: i64) -> Vec<Bytes> {
+pub(crate) async fn read_all(p: &Partition, from: i64, upper: i64) -> Vec<Bytes> {
     let mut out = Vec::new();
     let mut offset = from;
     loop {
@@ -956,7 +956,7 @@ async fn read_all(p: &Partition, from: i64, upper: i64) -> Vec<Bytes> {
     }
 }
 
-fn headers(chunks: &[Bytes]) -> Vec<BatchHeader> {
+pub(crate) fn headers(chunks: &[Bytes]) -> Vec<BatchHeader> {
     chunks
         .iter()
         .map(|c| BatchHeader::parse(c).unwrap())
@@ -1792,7 +1792,7 @@ fn decompression_bombs_are_refused_at_append() {
 // ---- compaction: offset gaps ----
 
 /// Never waits: the tests clean at full speed.
-struct Unthrottled;
+pub(crate) struct Unthrottled;
 
 impl CleanerThrottle for Unthrottled {
     fn charge(&mut self, _bytes: u64) -> futures::future::LocalBoxFuture<'_, ()> {
@@ -1802,7 +1802,7 @@ impl CleanerThrottle for Unthrottled {
 
 /// `batches` batches of 3 keyed records: even batches overwrite the same 3 keys, odd ones
 /// write keys of their own, so cleaning removes every other batch (gaps all along the log).
-async fn fill_keyed(p: &Partition, batches: i64) {
+pub(crate) async fn fill_keyed(p: &Partition, batches: i64) {
     use crate::protocol::produce_batch::{encode_batch, ProduceRecord};
     for i in 0..batches {
         let key = |j: i64| match i % 2 {

@@ -310,3 +310,116 @@ fn truncation_and_retention_drop_aborts_with_their_markers() {
         p.close().await.unwrap();
     });
 }
+
+/// A transactional batch of `records` keyed records (valid record bodies, which the cleaner
+/// parses) for producer `pid`, epoch 0, from `seq`.
+fn keyed_txn_batch(records: i64, pid: i64, seq: i32) -> BytesMut {
+    use crate::protocol::produce_batch::{encode_batch, ProduceRecord};
+    let rs = (0..records).map(|j| ProduceRecord {
+        key: Some(bytes::Bytes::from(format!("txn-{pid}-{seq}-{j}"))),
+        value: Some(bytes::Bytes::from(vec![b't'; 50])),
+        headers: Vec::new(),
+        timestamp_ms: 1_000,
+    });
+    let encoded = encode_batch(rs, kafka_protocol::records::Compression::None).unwrap();
+    let mut b = BytesMut::from(&encoded[..]);
+    let attributes = i16::from_be_bytes([b[21], b[22]]) | ATTR_TRANSACTIONAL;
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    b[43..51].copy_from_slice(&pid.to_be_bytes());
+    b[51..53].copy_from_slice(&0i16.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// Proves the cleaner on a real log (Kafka's LogCleaner with transactions): an open
+/// transaction holds the cleaner below the LSO; once it is decided, the aborted batches go
+/// while their ABORT marker and its aborted-index entry stay; on a later pass the marker
+/// (no data of its transaction left) gets a delete horizon, and on a pass after the horizon
+/// it goes with its index entry; a restart finds the same log, index and LSO.
+#[test]
+fn cleaner_removes_aborted_data_then_its_marker() {
+    use super::tests::{fill_keyed, headers, read_all, Unthrottled};
+    use crate::protocol::record_batch::BatchHeader;
+    run(|| async {
+        let dir = test_dir();
+        let path = dir.path().join("t-0");
+        let config = LogConfig {
+            cleanup_policy: CleanupPolicy {
+                delete: false,
+                compact: true,
+            },
+            delete_retention_ms: 1_000,
+            ..small()
+        };
+        let p = Partition::open(path.clone(), config.clone()).await.unwrap();
+        p.append(keyed_txn_batch(3, 1, 0), 0).unwrap(); // 0..=2, aborted
+        let abort_at = end_txn(&p, 1, 0, TxnOutcome::Abort); // 3
+        p.append(keyed_txn_batch(1, 2, 0), 0).unwrap(); // 4, pid 2 stays open
+        fill_keyed(&p, 40).await;
+        assert_eq!(p.last_stable_offset(), 4);
+        let mut map = cleaner::OffsetMap::new(1 << 20);
+        assert!(
+            p.clean(&mut map, 0, &mut Unthrottled)
+                .await
+                .unwrap()
+                .is_none(),
+            "nothing below the LSO's segment"
+        );
+        assert_eq!(headers(&read_all(&p, 0, 4).await)[0].base_offset, 0);
+
+        end_txn(&p, 2, 0, TxnOutcome::Commit);
+        p.append(keyed_txn_batch(1, 1, 3), 0).unwrap(); // pid 1's last batch is now later
+        end_txn(&p, 1, 0, TxnOutcome::Commit);
+        fill_keyed(&p, 40).await;
+        let leo = p.log_end_offset();
+        assert_eq!(p.last_stable_offset(), leo);
+        assert!(p
+            .clean(&mut map, 0, &mut Unthrottled)
+            .await
+            .unwrap()
+            .is_some());
+        let at_marker = |hs: &[BatchHeader]| hs.iter().find(|h| h.base_offset == abort_at).copied();
+        let hs = headers(&read_all(&p, 0, leo).await);
+        assert!(
+            hs.iter().all(|h| h.base_offset != 0),
+            "the aborted batch is gone"
+        );
+        let m = at_marker(&hs).expect("the marker stays while its data went this pass");
+        assert!(m.is_control() && m.delete_horizon_ms().is_none());
+        assert_eq!(p.aborted_transactions(0, leo), vec![aborted(1, 0)]);
+
+        fill_keyed(&p, 40).await;
+        assert!(p
+            .clean(&mut map, 0, &mut Unthrottled)
+            .await
+            .unwrap()
+            .is_some());
+        let leo = p.log_end_offset();
+        let hs = headers(&read_all(&p, 0, leo).await);
+        assert_eq!(at_marker(&hs).unwrap().delete_horizon_ms(), Some(1_000));
+
+        fill_keyed(&p, 40).await;
+        assert!(p
+            .clean(&mut map, 5_000, &mut Unthrottled)
+            .await
+            .unwrap()
+            .is_some());
+        let leo = p.log_end_offset();
+        let cleaned = read_all(&p, 0, leo).await;
+        assert!(
+            at_marker(&headers(&cleaned)).is_none(),
+            "the marker went after its horizon"
+        );
+        assert_eq!(p.aborted_transactions(0, leo), vec![]);
+        p.close().await.unwrap();
+
+        let p = Partition::open(path, config).await.unwrap();
+        assert_eq!(p.log_end_offset(), leo);
+        assert_eq!(p.last_stable_offset(), leo);
+        assert_eq!(read_all(&p, 0, leo).await, cleaned);
+        assert_eq!(p.aborted_transactions(0, leo), vec![]);
+        p.close().await.unwrap();
+    });
+}

@@ -16,12 +16,20 @@
 //!
 //! A batch left without records is kept, empty, when it is its producer's last batch (the
 //! producer's sequence and epoch live in it, and idempotence must survive cleaning);
-//! otherwise it goes. Control batches are kept as they are (transaction markers come with
-//! transactions).
+//! otherwise it goes.
+//!
+//! Transactions ([`TxnTracker`], Kafka's `CleanedTransactionMetadata`): the records of an
+//! aborted transaction go whatever their keys, and are never mapped; a committed
+//! transaction's records are compacted like any others, their batches keeping their
+//! producer fields and transactional bit. A COMMIT/ABORT marker stays while any batch of its
+//! transaction is left; after that it is treated like a tombstone: stamped with a delete
+//! horizon on one pass, dropped on a pass after it (unless it is the last batch of a
+//! producer that has written no data, whose epoch it carries).
 
 use bytes::BytesMut;
 
 use super::offset_map::{MapFull, OffsetMap};
+use super::txn::TxnTracker;
 use crate::protocol::record_batch::{
     build_batch, decompressed_records, encode_record, parse_records, validate, BatchHeader,
     RecordsError, ATTR_COMPRESSION_MASK, ATTR_DELETE_HORIZON,
@@ -38,6 +46,9 @@ pub struct FilterContext<'a> {
     /// For each producer with state, the last offset of its last data batch (Kafka's
     /// `lastRecordsOfActiveProducers`).
     pub producer_last_offset: &'a dyn Fn(i64) -> Option<i64>,
+    /// For each producer with state but no data batch left in it, the offset of its last
+    /// marker (Kafka keeps that control batch: it carries the producer's epoch).
+    pub producer_last_marker: &'a dyn Fn(i64) -> Option<i64>,
     /// Bound on one batch's decompressed records.
     pub decompressed_max: usize,
 }
@@ -74,18 +85,27 @@ pub enum Mapped {
 }
 
 /// Adds the keys of one batch at or after `start_offset` to the map (Kafka's
-/// `buildOffsetMapForSegment`). Control batches carry no data keys and are skipped.
+/// `buildOffsetMapForSegment`). Control batches carry no data keys, and an aborted
+/// transaction's records supersede nothing: both are skipped. `txns` walks the same
+/// batches (every one, in order, including those below `start_offset`).
 pub fn map_batch(
     map: &mut OffsetMap,
     batch: &[u8],
     start_offset: i64,
     decompressed_max: usize,
+    txns: &mut TxnTracker,
 ) -> Result<Mapped, RecordsError> {
     let header = validate(batch)?;
+    let aborted = if header.is_control() {
+        txns.on_control_batch(&header, batch);
+        false
+    } else {
+        txns.on_data_batch(&header)
+    };
     if header.last_offset() < start_offset {
         return Ok(Mapped::Whole);
     }
-    if !header.is_control() && header.records_count > 0 {
+    if !header.is_control() && !aborted && header.records_count > 0 {
         let records = decompressed_records(batch, decompressed_max)?;
         for record in parse_records(&records, header.records_count)? {
             let offset = header.base_offset.saturating_add(record.offset_delta);
@@ -100,10 +120,12 @@ pub fn map_batch(
     Ok(Mapped::Whole)
 }
 
-/// Filters one whole, validated batch (see the module docs for the rules).
+/// Filters one whole, validated batch (see the module docs for the rules). `txns` walks
+/// every batch of the pass, in order.
 pub fn filter_batch(
     batch: &[u8],
     ctx: &FilterContext<'_>,
+    txns: &mut TxnTracker,
     stats: &mut FilterStats,
 ) -> Result<Filtered, RecordsError> {
     let header = validate(batch)?;
@@ -113,36 +135,50 @@ pub fn filter_batch(
         stats.bytes_written += batch.len() as u64;
         Ok(Filtered::Keep)
     };
-    if header.is_control() {
-        return keep(stats);
-    }
+    let horizon = header.delete_horizon_ms();
+    let deletes_expired = horizon.is_some_and(|h| ctx.now_ms >= h);
+    // Kafka's `checkBatchRetention`: a discardable marker loses its record once past its
+    // horizon; an aborted batch loses its records at once.
+    let (discardable_marker, drop_records) = if header.is_control() {
+        let discardable = txns.on_control_batch(&header, batch);
+        (discardable, discardable && deletes_expired)
+    } else {
+        (false, txns.on_data_batch(&header))
+    };
+    let last_of_producer = header.producer_id >= 0
+        && if header.is_control() {
+            (ctx.producer_last_marker)(header.producer_id) == Some(header.last_offset())
+        } else {
+            (ctx.producer_last_offset)(header.producer_id) == Some(header.last_offset())
+        };
     let records = decompressed_records(batch, ctx.decompressed_max)?;
     let parsed = parse_records(&records, header.records_count)?;
     stats.records_read += parsed.len() as u64;
-    let horizon = header.delete_horizon_ms();
-    let deletes_expired = horizon.is_some_and(|h| ctx.now_ms >= h);
     let latest = ctx.map.latest_offset();
     let mut kept = Vec::with_capacity(parsed.len());
     for record in &parsed {
         let offset = header.base_offset.saturating_add(record.offset_delta);
-        let survives = offset > latest
-            || record.key.is_some_and(|key| {
-                let newest = ctx.map.get(key).is_none_or(|mapped| offset >= mapped);
-                newest && (record.value.is_some() || !deletes_expired)
-            });
+        let survives = !drop_records
+            && (header.is_control()
+                || offset > latest
+                || record.key.is_some_and(|key| {
+                    let newest = ctx.map.get(key).is_none_or(|mapped| offset >= mapped);
+                    newest && (record.value.is_some() || !deletes_expired)
+                }));
         if survives {
             kept.push(record);
         }
     }
     stats.records_kept += kept.len() as u64;
-    let has_tombstone = kept.iter().any(|r| r.value.is_none());
-    let stamp_horizon = has_tombstone && horizon.is_none();
-    if kept.len() == parsed.len() && !stamp_horizon {
+    let has_tombstone = !header.is_control() && kept.iter().any(|r| r.value.is_none());
+    let stamp_horizon = (has_tombstone || discardable_marker) && horizon.is_none();
+    // Kafka's DELETE_EMPTY: a batch left with no record goes unless it is its producer's
+    // last (an empty one written by an earlier pass too).
+    let goes = kept.is_empty() && !last_of_producer;
+    if kept.len() == parsed.len() && !stamp_horizon && !goes {
         return keep(stats);
     }
     if kept.is_empty() {
-        let last_of_producer = header.producer_id >= 0
-            && (ctx.producer_last_offset)(header.producer_id) == Some(header.last_offset());
         if !last_of_producer {
             return Ok(Filtered::Drop);
         }

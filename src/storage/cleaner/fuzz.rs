@@ -25,7 +25,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use super::{filter_segment, map_batch, FilterContext, FilterStats, Mapped, OffsetMap};
+use super::{filter_segment, map_batch, FilterContext, FilterStats, Mapped, OffsetMap, TxnTracker};
 use crate::protocol::record_batch::{
     decompressed_records, parse_records, record_offsets_and_timestamps, validate, BatchIter,
 };
@@ -90,7 +90,16 @@ pub fn clean_and_read(data: &[u8]) {
         for item in BatchIter::new(&log) {
             let (at, h) = item.expect("the segment parses");
             let batch = &log[at..at + h.total_len()];
-            if map_batch(&mut map, batch, 0, DECOMPRESSED_MAX).expect("maps") == Mapped::Full {
+            if map_batch(
+                &mut map,
+                batch,
+                0,
+                DECOMPRESSED_MAX,
+                &mut TxnTracker::default(),
+            )
+            .expect("maps")
+                == Mapped::Full
+            {
                 break;
             }
         }
@@ -105,11 +114,13 @@ pub fn clean_and_read(data: &[u8]) {
             now_ms,
             delete_retention_ms,
             producer_last_offset: &lookup,
+            producer_last_marker: &|_| None,
             decompressed_max: DECOMPRESSED_MAX,
         };
         let mut stats = FilterStats::default();
         let mut out = Vec::new();
-        let written = filter_segment(&log, &ctx, &mut stats, &mut out).expect("filters");
+        let written = filter_segment(&log, &ctx, &mut TxnTracker::default(), &mut stats, &mut out)
+            .expect("filters");
         let expected = oracle(&before, map.entries_max(), latest, now_ms, &horizons);
         // Offsets never change: every written batch is one of the input's, same range.
         let input_ranges: Vec<(i64, i64)> = BatchIter::new(&log)

@@ -13,6 +13,7 @@ pub mod filter;
 pub mod fuzz;
 pub mod offset_map;
 pub mod plan;
+pub mod txn;
 
 #[cfg(test)]
 mod tests;
@@ -20,6 +21,7 @@ mod tests;
 pub use filter::{filter_batch, map_batch, FilterContext, FilterStats, Filtered, Mapped};
 pub use offset_map::OffsetMap;
 pub use plan::{choose_dirtiest, cleanable, group_segments, Cleanable, LogSummary, SegmentSummary};
+pub use txn::TxnTracker;
 
 use crate::protocol::record_batch::{BatchIter, RecordsError};
 
@@ -39,6 +41,7 @@ pub struct WrittenBatch {
 pub fn filter_segment(
     batches: &[u8],
     ctx: &FilterContext<'_>,
+    txns: &mut TxnTracker,
     stats: &mut FilterStats,
     out: &mut Vec<u8>,
 ) -> Result<Vec<WrittenBatch>, RecordsError> {
@@ -47,7 +50,7 @@ pub fn filter_segment(
         let (at, header) = item?;
         let batch = batches.get(at..at + header.total_len()).unwrap_or_default();
         let position = out.len();
-        let header = match filter_batch(batch, ctx, stats)? {
+        let header = match filter_batch(batch, ctx, txns, stats)? {
             Filtered::Drop => continue,
             Filtered::Keep => {
                 out.extend_from_slice(batch);

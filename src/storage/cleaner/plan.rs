@@ -33,10 +33,12 @@ pub struct SegmentSummary {
 pub struct LogSummary<'a> {
     pub log_start_offset: i64,
     pub log_end_offset: i64,
-    /// Records at or past it are not committed and may still be truncated away: the segment
-    /// holding it is not cleaned (Kafka cleans below the last stable offset), so no record
-    /// is ever removed because of a later one a truncation could take back.
-    pub high_watermark: i64,
+    /// The last stable offset (at most the high watermark). Records at or past the high
+    /// watermark may still be truncated away, and past the first open transaction's first
+    /// offset may still be aborted: the segment holding it is not cleaned (Kafka cleans below
+    /// the first unstable offset), so no record is ever removed because of a later one a
+    /// truncation could take back, and every transaction the cleaner sees is decided.
+    pub last_stable_offset: i64,
     /// Where the last pass ended (`None` before the first pass).
     pub checkpoint: Option<i64>,
     pub segments: &'a [SegmentSummary],
@@ -83,8 +85,11 @@ pub fn cleanable(log: &LogSummary<'_>, now_ms: i64) -> Cleanable {
         None => (log.segments, None),
     };
     let mut first_uncleanable_offset = active.map_or(log.log_end_offset, |a| a.base_offset);
-    if let Some(uncommitted) = closed.iter().find(|s| s.next_offset > log.high_watermark) {
-        first_uncleanable_offset = first_uncleanable_offset.min(uncommitted.base_offset);
+    if let Some(unstable) = closed
+        .iter()
+        .find(|s| s.next_offset > log.last_stable_offset)
+    {
+        first_uncleanable_offset = first_uncleanable_offset.min(unstable.base_offset);
     }
     let dirty_closed = || closed.iter().filter(|s| s.next_offset > first_dirty_offset);
     if log.min_compaction_lag_ms > 0 {
@@ -201,7 +206,7 @@ mod tests {
         LogSummary {
             log_start_offset: segments[0].base_offset,
             log_end_offset: segments.last().unwrap().next_offset,
-            high_watermark: segments.last().unwrap().next_offset,
+            last_stable_offset: segments.last().unwrap().next_offset,
             checkpoint,
             segments,
             min_compaction_lag_ms: 0,
@@ -234,8 +239,9 @@ mod tests {
         assert!(!c.should_clean(0.0));
     }
 
-    /// Proves the segment holding the high watermark and everything after it stay dirty:
-    /// uncommitted records (which a truncation may take back) never decide what goes.
+    /// Proves the segment holding the last stable offset (the high watermark, or an open
+    /// transaction's first offset) and everything after it stay dirty: uncommitted records
+    /// (which a truncation may take back) and undecided transactions never decide what goes.
     #[test]
     fn uncommitted_segments_are_not_cleanable() {
         let segs = [
@@ -245,13 +251,12 @@ mod tests {
             seg(30, 35, 50, 4),
         ];
         let mut l = log(&segs, None);
-        for (high_watermark, first_uncleanable) in [(35, 30), (30, 30), (25, 20), (10, 10), (0, 0)]
-        {
-            l.high_watermark = high_watermark;
+        for (stable, first_uncleanable) in [(35, 30), (30, 30), (25, 20), (10, 10), (0, 0)] {
+            l.last_stable_offset = stable;
             let c = cleanable(&l, 100);
             assert_eq!(
                 c.first_uncleanable_offset, first_uncleanable,
-                "hw {high_watermark}"
+                "lso {stable}"
             );
         }
     }

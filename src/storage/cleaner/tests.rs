@@ -157,7 +157,9 @@ fn pass(
     map.clear();
     'mapping: for seg in &log[..closed] {
         for batch in &seg.batches {
-            if map_batch(map, batch, checkpoint, 1 << 20).unwrap() == Mapped::Full {
+            if map_batch(map, batch, checkpoint, 1 << 20, &mut TxnTracker::default()).unwrap()
+                == Mapped::Full
+            {
                 break 'mapping;
             }
         }
@@ -182,6 +184,7 @@ fn pass(
         now_ms,
         delete_retention_ms: 1000,
         producer_last_offset: &lookup,
+        producer_last_marker: &|_| None,
         decompressed_max: 1 << 20,
     };
     let mut stats = FilterStats::default();
@@ -190,7 +193,14 @@ fn pass(
         let mut out = Vec::new();
         for seg in &log[group.clone()] {
             let input: Vec<u8> = seg.batches.concat();
-            filter_segment(&input, &ctx, &mut stats, &mut out).unwrap();
+            filter_segment(
+                &input,
+                &ctx,
+                &mut TxnTracker::default(),
+                &mut stats,
+                &mut out,
+            )
+            .unwrap();
         }
         let batches = BatchIter::new(&out)
             .map(|item| {
@@ -372,33 +382,252 @@ fn untouched_and_emptied_batches() {
     };
     let batch = encode(&spec, 0);
     let mut map = OffsetMap::new(1 << 12);
-    map_batch(&mut map, &batch, 0, 1 << 20).unwrap();
+    map_batch(&mut map, &batch, 0, 1 << 20, &mut TxnTracker::default()).unwrap();
     let none = |_| None;
     let ctx = FilterContext {
         map: &map,
         now_ms: 0,
         delete_retention_ms: 0,
         producer_last_offset: &none,
+        producer_last_marker: &none,
         decompressed_max: 1 << 20,
     };
     let mut stats = FilterStats::default();
     assert_eq!(
-        filter_batch(&batch, &ctx, &mut stats).unwrap(),
+        filter_batch(&batch, &ctx, &mut TxnTracker::default(), &mut stats).unwrap(),
         Filtered::Keep
     );
     let later = encode(&spec, 2);
-    map_batch(&mut map, &later, 0, 1 << 20).unwrap();
+    map_batch(&mut map, &later, 0, 1 << 20, &mut TxnTracker::default()).unwrap();
     let ctx = FilterContext {
         map: &map,
         now_ms: 0,
         delete_retention_ms: 0,
         producer_last_offset: &none,
+        producer_last_marker: &none,
         decompressed_max: 1 << 20,
     };
     assert_eq!(
-        filter_batch(&batch, &ctx, &mut stats).unwrap(),
+        filter_batch(&batch, &ctx, &mut TxnTracker::default(), &mut stats).unwrap(),
         Filtered::Drop
     );
     assert_eq!(stats.records_read, 4);
     assert_eq!(stats.records_kept, 2);
+}
+
+/// A transactional batch of `pid` at `base` writing `(key, value)`s.
+fn txn_batch(pid: i64, base: i64, writes: &[(u8, &str)], transactional: bool) -> Vec<u8> {
+    let records: Vec<Record> = writes
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 3,
+            producer_id: pid,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: base + i as i64,
+            sequence: base as i32 + i as i32,
+            timestamp: 10,
+            key: Some(Bytes::from(vec![b'k', *k])),
+            value: Some(Bytes::from(v.as_bytes().to_vec())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::Snappy,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+    buf.to_vec()
+}
+
+fn marker_batch(pid: i64, offset: i64, commit: bool) -> Vec<u8> {
+    use crate::protocol::control::{build_end_txn_marker, EndTxnMarker, TxnOutcome};
+    use crate::protocol::producer::{ProducerEpoch, ProducerId};
+    let outcome = if commit {
+        TxnOutcome::Commit
+    } else {
+        TxnOutcome::Abort
+    };
+    let marker = EndTxnMarker {
+        outcome,
+        coordinator_epoch: 0,
+    };
+    let mut b = build_end_txn_marker(ProducerId(pid), ProducerEpoch(0), marker, 10).to_vec();
+    crate::protocol::record_batch::patch_base_offset(&mut b, offset);
+    b
+}
+
+/// One pass over a one-segment model log as the partition runs it: one tracker maps, a
+/// fresh one filters, both knowing the aborted transactions. Returns the new log.
+fn txn_pass(
+    log: &[u8],
+    aborted: &[crate::storage::txn_index::AbortedTxn],
+    producer_last: &HashMap<i64, i64>,
+    now_ms: i64,
+) -> Vec<u8> {
+    let mut map = OffsetMap::new(1 << 12);
+    let mut txns = TxnTracker::new(aborted.to_vec());
+    for item in BatchIter::new(log) {
+        let (at, h) = item.unwrap();
+        let batch = &log[at..at + h.total_len()];
+        assert_eq!(
+            map_batch(&mut map, batch, 0, 1 << 20, &mut txns).unwrap(),
+            Mapped::Whole
+        );
+    }
+    let lookup = |pid: i64| producer_last.get(&pid).copied();
+    let ctx = FilterContext {
+        map: &map,
+        now_ms,
+        delete_retention_ms: 1000,
+        producer_last_offset: &lookup,
+        producer_last_marker: &|_| None,
+        decompressed_max: 1 << 20,
+    };
+    let mut out = Vec::new();
+    let mut stats = FilterStats::default();
+    filter_segment(
+        log,
+        &ctx,
+        &mut TxnTracker::new(aborted.to_vec()),
+        &mut stats,
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+fn batch_headers(log: &[u8]) -> Vec<crate::protocol::record_batch::BatchHeader> {
+    BatchIter::new(log).map(|i| i.unwrap().1).collect()
+}
+
+/// Proves Kafka's transactional cleaning over three passes: an aborted transaction's
+/// records go whatever their keys and never supersede a committed record; committed data is
+/// compacted like any other and keeps its producer fields and transactional bit; a marker
+/// stays while a batch of its transaction is left, then gets a delete horizon, then goes.
+#[test]
+fn transactions_are_cleaned_as_kafka_does() {
+    let mut log = Vec::new();
+    // pid 1 commits k1,k6 then k1; pid 3 commits k2 (superseded by pid 4's k2); pid 2 aborts
+    // k1,k3 (must not supersede pid 1's k1).
+    log.extend(txn_batch(1, 0, &[(1, "c1"), (6, "c1")], true));
+    log.extend(marker_batch(1, 2, true));
+    log.extend(txn_batch(1, 3, &[(1, "c2")], true));
+    log.extend(marker_batch(1, 4, true));
+    log.extend(txn_batch(3, 5, &[(2, "x")], true));
+    log.extend(marker_batch(3, 6, true));
+    log.extend(txn_batch(4, 7, &[(2, "y")], false));
+    log.extend(txn_batch(2, 8, &[(1, "a"), (3, "a")], true));
+    log.extend(marker_batch(2, 10, false));
+    log.extend(txn_batch(4, 11, &[(5, "z")], false));
+    let aborted = [crate::storage::txn_index::AbortedTxn {
+        producer_id: 2,
+        first_offset: 8,
+        last_offset: 10,
+        last_stable_offset: 11,
+    }];
+    let producers: HashMap<i64, i64> = [(1, 3), (4, 11)].into();
+    let bases =
+        |log: &[u8]| -> Vec<i64> { batch_headers(log).iter().map(|h| h.base_offset).collect() };
+
+    let first = txn_pass(&log, &aborted, &producers, 0);
+    assert_eq!(bases(&first), vec![0, 2, 3, 4, 6, 7, 10, 11]);
+    let records = read_all_records(&first);
+    assert_eq!(
+        records,
+        vec![
+            (1, b"k\x06".to_vec(), b"c1".to_vec()),
+            (3, b"k\x01".to_vec(), b"c2".to_vec()),
+            (7, b"k\x02".to_vec(), b"y".to_vec()),
+            (11, b"k\x05".to_vec(), b"z".to_vec()),
+        ]
+    );
+    let h0 = batch_headers(&first)[0];
+    assert!(h0.is_transactional() && h0.producer_id == 1 && h0.records_count == 1);
+    assert!(batch_headers(&first)
+        .iter()
+        .all(|h| h.delete_horizon_ms().is_none()));
+
+    // Pass 2: markers without data left (pid 3's commit, pid 2's abort) get a horizon.
+    let second = txn_pass(&first, &aborted, &producers, 100);
+    assert_eq!(bases(&second), vec![0, 2, 3, 4, 6, 7, 10, 11]);
+    let horizons: Vec<(i64, Option<i64>)> = batch_headers(&second)
+        .iter()
+        .map(|h| (h.base_offset, h.delete_horizon_ms()))
+        .collect();
+    assert_eq!(
+        horizons,
+        vec![
+            (0, None),
+            (2, None),
+            (3, None),
+            (4, None),
+            (6, Some(1100)),
+            (7, None),
+            (10, Some(1100)),
+            (11, None)
+        ]
+    );
+    assert!(batch_headers(&second)[4].is_control());
+    // Before the horizon nothing more goes; at it, the two markers do.
+    assert_eq!(
+        bases(&txn_pass(&second, &aborted, &producers, 1099)),
+        bases(&second)
+    );
+    let third = txn_pass(&second, &aborted, &producers, 1100);
+    assert_eq!(bases(&third), vec![0, 2, 3, 4, 7, 11]);
+    assert_eq!(read_all_records(&third), records);
+}
+
+/// Proves an aborted batch that is its producer's last is kept empty (sequence and epoch
+/// survive), and then its marker stays too, pass after pass.
+#[test]
+fn aborted_last_batch_of_a_producer_is_kept_empty() {
+    let mut log = Vec::new();
+    log.extend(txn_batch(2, 0, &[(1, "a"), (3, "a")], true));
+    log.extend(marker_batch(2, 2, false));
+    log.extend(txn_batch(4, 3, &[(5, "z")], false));
+    let aborted = [crate::storage::txn_index::AbortedTxn {
+        producer_id: 2,
+        first_offset: 0,
+        last_offset: 2,
+        last_stable_offset: 3,
+    }];
+    let producers: HashMap<i64, i64> = [(2, 1), (4, 3)].into();
+    for now in [0, 5000, 10_000] {
+        log = txn_pass(&log, &aborted, &producers, now);
+        let headers = batch_headers(&log);
+        let shape: Vec<(i64, i64, i32)> = headers
+            .iter()
+            .map(|h| (h.base_offset, h.last_offset(), h.records_count))
+            .collect();
+        assert_eq!(shape, vec![(0, 1, 0), (2, 2, 1), (3, 3, 1)], "now {now}");
+        assert!(headers[0].is_transactional() && headers[0].base_sequence == 0);
+    }
+}
+
+/// Every data record of a log as (offset, key, value).
+fn read_all_records(log: &[u8]) -> Vec<(i64, Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for item in BatchIter::new(log) {
+        let (at, h) = item.unwrap();
+        if h.is_control() {
+            continue;
+        }
+        let batch = &log[at..at + h.total_len()];
+        let records = crate::protocol::record_batch::decompressed_records(batch, 1 << 20).unwrap();
+        for r in crate::protocol::record_batch::parse_records(&records, h.records_count).unwrap() {
+            out.push((
+                h.base_offset + r.offset_delta,
+                r.key.unwrap().to_vec(),
+                r.value.unwrap().to_vec(),
+            ));
+        }
+    }
+    out
 }

@@ -21,7 +21,7 @@ use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::record_batch::BatchHeader;
 use crate::storage::cleaner::{
     cleanable, filter_batch, group_segments, map_batch, Cleanable, FilterContext, FilterStats,
-    Filtered, LogSummary, Mapped, OffsetMap, SegmentSummary,
+    Filtered, LogSummary, Mapped, OffsetMap, SegmentSummary, TxnTracker,
 };
 use crate::storage::file_io::SegmentFile;
 use crate::storage::recovery::{
@@ -29,6 +29,7 @@ use crate::storage::recovery::{
 };
 use crate::storage::segment::{read_batches, segment_path, Segment};
 use crate::storage::state_file;
+use crate::storage::txn_index::AbortedTxn;
 use crate::storage::Error;
 
 use super::Partition;
@@ -102,7 +103,10 @@ impl Partition {
         let log = LogSummary {
             log_start_offset: inner.log_start,
             log_end_offset: inner.next_offset,
-            high_watermark: inner.high_watermark,
+            last_stable_offset: inner
+                .producers
+                .last_stable_offset(inner.high_watermark)
+                .max(inner.log_start),
             checkpoint: self.cleaner_checkpoint.get(),
             segments: &summaries,
             min_compaction_lag_ms: inner.config.min_compaction_lag_ms,
@@ -174,10 +178,19 @@ impl Partition {
         let mut times = PassTimes::default();
         let map_started = Instant::now();
         map.clear();
-        'mapping: for seg in closed
+        let dirty: Vec<&Closed> = closed
             .iter()
             .filter(|s| s.summary.next_offset > plan.first_dirty_offset)
-        {
+            .collect();
+        let mut map_txns = TxnTracker::new(
+            self.aborted_txns_between(
+                dirty
+                    .first()
+                    .map_or(plan.first_dirty_offset, |s| s.summary.base_offset),
+                plan.first_uncleanable_offset,
+            ),
+        );
+        'mapping: for seg in dirty {
             let path = segment_path(&self.dir, seg.summary.base_offset, "log");
             let mut pos = 0u64;
             loop {
@@ -201,6 +214,7 @@ impl Partition {
                         bytes,
                         plan.first_dirty_offset,
                         RECORDS_DECOMPRESSED_BYTES_MAX,
+                        &mut map_txns,
                     )
                     .map_err(|e| Error::corruption(&path, pos, e.to_string()))?;
                     if mapped == Mapped::Full {
@@ -229,13 +243,25 @@ impl Partition {
         let groups = group_segments(&summaries, end_offset, config.segment_bytes);
         let producers = self.inner.borrow().producers.clone();
         let lookup = |pid: i64| producers.last_offset_of(pid);
+        let last_marker = |pid: i64| producers.last_marker_of(pid);
         let ctx = FilterContext {
             map,
             now_ms,
             delete_retention_ms: config.delete_retention_ms,
             producer_last_offset: &lookup,
+            producer_last_marker: &last_marker,
             decompressed_max: RECORDS_DECOMPRESSED_BYTES_MAX,
         };
+        // One walk over every group, from the log start: a transaction's batches are
+        // walked before its marker even when they lie in an earlier group.
+        let rewritten_end = groups
+            .last()
+            .and_then(|g| closed.get(g.end.saturating_sub(1)))
+            .map_or(end_offset, |c| c.summary.next_offset);
+        let mut txns = TxnTracker::new(self.aborted_txns_between(
+            closed.first().map_or(0, |c| c.summary.base_offset),
+            rewritten_end,
+        ));
         let mut report = CleanReport {
             end_offset,
             times,
@@ -248,7 +274,7 @@ impl Partition {
             if !self
                 .clean_group(
                     members,
-                    &ctx,
+                    (&ctx, &mut txns),
                     &mut report,
                     generation,
                     config.index_interval_bytes,
@@ -263,6 +289,24 @@ impl Partition {
         self.cleaner_checkpoint.set(Some(end_offset));
         state_file::write_offset_file(&self.dir, CLEANER_CHECKPOINT_FILE, end_offset).await?;
         Ok(Some(report))
+    }
+
+    /// The aborted transactions (whole index entries) that end at or after `from` and begin
+    /// before `upper`, from every segment's aborted index from the one holding `from` on.
+    fn aborted_txns_between(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        let inner = self.inner.borrow();
+        let start = inner
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(i64::MIN, |(b, _)| *b);
+        inner
+            .segments
+            .range(start..)
+            .flat_map(|(_, s)| s.aborted.iter())
+            .filter(|a| a.last_offset >= from && a.first_offset < upper)
+            .copied()
+            .collect()
     }
 
     /// The complete segments below `below`, each opened (a segment not used since startup
@@ -308,7 +352,7 @@ impl Partition {
     async fn clean_group(
         &self,
         members: &[Closed],
-        ctx: &FilterContext<'_>,
+        (ctx, txns): (&FilterContext<'_>, &mut TxnTracker),
         report: &mut CleanReport,
         generation: u64,
         index_interval_bytes: u32,
@@ -339,6 +383,9 @@ impl Partition {
         let alignment = file.alignment().max(1) as usize;
         let mut out: Vec<u8> = Vec::new();
         let mut out_pos = 0u64; // file position of out[0]
+                                // Offsets of the markers (control batches with their record) the cleaned segment
+                                // keeps: the aborted index keeps exactly the entries of these.
+        let mut markers_kept = std::collections::BTreeSet::new();
         for member in members {
             let path = segment_path(&self.dir, member.summary.base_offset, "log");
             let mut pos = 0u64;
@@ -358,7 +405,7 @@ impl Partition {
                 }
                 paced(times, throttle.charge(next - pos)).await;
                 for (header, bytes) in &batches {
-                    let written = match filter_batch(bytes, ctx, stats)
+                    let written = match filter_batch(bytes, ctx, txns, stats)
                         .map_err(|e| Error::corruption(&path, pos, e.to_string()))?
                     {
                         Filtered::Drop => continue,
@@ -372,6 +419,9 @@ impl Partition {
                                 .map_err(|e| Error::corruption(&path, pos, e.to_string()))?
                         }
                     };
+                    if written.is_control() && written.records_count > 0 {
+                        markers_kept.insert(written.last_offset());
+                    }
                     let at = out_pos + (out.len() - written.total_len()) as u64;
                     seg.index_batch(&written, at, index_interval_bytes);
                     paced(times, throttle.pause()).await;
@@ -454,19 +504,28 @@ impl Partition {
         let (index, time_index) = (seg.index.clone(), seg.time_index.clone());
         {
             let mut inner = self.inner.borrow_mut();
+            let mut aborted: Vec<AbortedTxn> = Vec::new();
             for m in members {
-                // Markers are never cleaned away: the cleaned segment holds all their aborts.
+                // An abort stays indexed while its marker stays: a reader told of an aborted
+                // transaction skips its producer's records until it reads the marker.
                 if let Some(old) = inner.segments.remove(&m.summary.base_offset) {
-                    seg.aborted.extend(old.aborted);
+                    aborted.extend(
+                        old.aborted
+                            .into_iter()
+                            .filter(|a| markers_kept.contains(&a.last_offset)),
+                    );
                 }
             }
+            aborted.sort_by_key(|a| a.last_offset);
+            aborted.dedup_by_key(|a| a.last_offset);
+            seg.aborted = aborted;
             inner.segments.insert(base, seg);
             // The tail cache still holds the batches as they were before cleaning; readers
             // must see the cleaned segment from now on.
             inner.cache.evict_below(next_offset);
         }
         let sources: Vec<i64> = members.iter().map(|m| m.summary.base_offset).collect();
-        merge_txn_indexes(&self.dir, base, &sources).await?;
+        merge_txn_indexes(&self.dir, base, &sources, &markers_kept).await?;
         for m in members {
             if m.summary.base_offset == base {
                 remove_segment_data_files(&self.dir, base).await?;
