@@ -145,6 +145,9 @@ pub struct Config {
     /// Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often the
     /// coordinator looks for transactions past their timeout (and aborts them).
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: i64,
+    /// Kafka's transaction.remove.expired.transaction.cleanup.interval.ms: how often the
+    /// coordinator removes transactional ids idle past transactional.id.expiration.ms.
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: i64,
     /// Kafka's process.roles: "broker,controller" (both, the default), "broker" or
     /// "controller" (a dedicated controller serves no Kafka clients).
     pub process_roles: String,
@@ -278,6 +281,7 @@ impl Default for Config {
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             process_roles: "broker,controller".into(),
             controller_listen: String::new(),
             controller_voters: String::new(),
@@ -479,6 +483,7 @@ impl Config {
         if self.transaction_max_timeout_ms < 1
             || self.transactional_id_expiration_ms < 1
             || self.transaction_abort_timed_out_transaction_cleanup_interval_ms < 1
+            || self.transaction_remove_expired_transaction_cleanup_interval_ms < 1
         {
             return Err(invalid(
                 "transaction_max_timeout_ms",
@@ -1184,6 +1189,11 @@ impl Config {
             (
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                 self.transaction_abort_timed_out_transaction_cleanup_interval_ms
+                    .to_string(),
+            ),
+            (
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+                self.transaction_remove_expired_transaction_cleanup_interval_ms
                     .to_string(),
             ),
             (

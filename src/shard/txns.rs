@@ -129,8 +129,9 @@ impl TxnShard {
             transactional_id_expiration_ms: config.transactional_id_expiration_ms,
             abort_timed_out_interval_ms: config
                 .transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            remove_expired_interval_ms: config
+                .transaction_remove_expired_transaction_cleanup_interval_ms,
             offsets_topic_partitions: config.offsets_topic_num_partitions,
-            ..TxnConfig::default()
         };
         Self {
             coordinator: RefCell::new(Coordinator::new(txn_config, partitions)),

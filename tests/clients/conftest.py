@@ -60,3 +60,11 @@ def pytest_runtest_makereport(item, call):
             for log in sorted((Path(tmp) / "logs").glob("*.stderr")):
                 text = log.read_text(errors="replace").splitlines()[-40:]
                 report.sections.append((f"broker log {log.name}", "\n".join(text)))
+
+
+@pytest.fixture
+def cleaner_env(monkeypatch):
+    """A cleaner that looks every 200 ms and cleans any dirty log (compaction tests; set
+    before the broker starts, which reads it from its environment)."""
+    monkeypatch.setenv("STRATA_LOG_CLEANER_BACKOFF_MS", "200")
+    monkeypatch.setenv("STRATA_LOG_CLEANER_MIN_CLEANABLE_RATIO", "0.01")

@@ -11,20 +11,12 @@ import random
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 KEYS = 200
 WRITES = 6000
 SEGMENT_BYTES = 16384
-
-
-@pytest.fixture
-def cleaner_env(monkeypatch):
-    # A cleaner that looks every 200 ms and cleans any dirty log.
-    monkeypatch.setenv("STRATA_LOG_CLEANER_BACKOFF_MS", "200")
-    monkeypatch.setenv("STRATA_LOG_CLEANER_MIN_CLEANABLE_RATIO", "0.01")
 
 
 def create_compacted(bootstrap: str, topic: str) -> None:

@@ -13,7 +13,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -23,13 +22,6 @@ SEGMENT_BYTES = 8192
 DELETE_RETENTION_MS = 2000
 KEYS = 30
 TIMEOUT_S = 30
-
-
-@pytest.fixture
-def cleaner_env(monkeypatch):
-    # A cleaner that looks every 200 ms and cleans any dirty log.
-    monkeypatch.setenv("STRATA_LOG_CLEANER_BACKOFF_MS", "200")
-    monkeypatch.setenv("STRATA_LOG_CLEANER_MIN_CLEANABLE_RATIO", "0.01")
 
 
 def create_compacted(bootstrap: str, topic: str) -> None:

@@ -305,3 +305,59 @@ def test_strata_txn_list_and_describe(broker):
     killed = [ln.split("\t") for ln in shown[1:] if ln.startswith(f"{by_id['cli-killed'][2]}\t")]
     # Offsets 0-1 data, 2 the COMMIT marker: the killed transaction starts at 3.
     assert killed and killed[0][5] == "3", shown
+
+
+def test_idle_transactional_id_expires(broker_factory, monkeypatch):
+    """Proves transactional.id.expiration.ms on the wire: an id with no transaction open for
+    longer than it is removed by the coordinator's periodic check (DescribeTransactions then
+    answers TRANSACTIONAL_ID_NOT_FOUND and ListTransactions leaves it out), the removal is
+    durable (a tombstone in `__transaction_state`: still gone after a kill -9 and restart),
+    and the id is usable again afterwards, with a new producer id, as in Kafka. An id that
+    keeps committing is not removed."""
+    monkeypatch.setenv("STRATA_TRANSACTIONAL_ID_EXPIRATION_MS", "3000")
+    monkeypatch.setenv("STRATA_TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS", "200")
+    b = broker_factory()
+    bs = b.bootstrap
+    topic = "txn-expire"
+    create_topic(bs, topic, 1)
+    commit_transaction(bs, topic, "idle-id", [b"a"])
+    first_pid = strata(bs, "txn", "describe", "idle-id").stdout.split("Producer: id ")[1].split()[0]
+
+    def listed() -> set[str]:
+        rows = strata(bs, "txn", "list").stdout.splitlines()[1:]
+        return {r.split("\t")[0] for r in rows}
+
+    # A busy id commits every 0.5 s through the whole wait and must survive it.
+    busy = confluent_kafka.Producer({"bootstrap.servers": bs, "transactional.id": "busy-id",
+                                     "linger.ms": 0})
+    busy.init_transactions(30)
+    deadline = time.monotonic() + 30
+    gone = False
+    while time.monotonic() < deadline and not gone:
+        busy.begin_transaction()
+        busy.produce(topic, value=b"busy", partition=0)
+        busy.commit_transaction(30)
+        gone = "idle-id" not in listed()
+        time.sleep(0.5)
+    assert gone, "the idle id was never removed"
+    assert "busy-id" in listed()
+    missing = strata(bs, "txn", "describe", "idle-id", check=False)
+    assert missing.returncode != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+
+    b.kill9()
+    b.start()
+    deadline = time.monotonic() + 30
+    while True:
+        r = strata(bs, "txn", "describe", "idle-id", check=False)
+        if "COORDINATOR_LOAD_IN_PROGRESS" not in r.stderr and "NOT_COORDINATOR" not in r.stderr:
+            break
+        assert time.monotonic() < deadline, r.stderr
+        time.sleep(0.2)
+    assert r.returncode != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr, "expiry was not durable"
+
+    commit_transaction(bs, topic, "idle-id", [b"b"])
+    again = strata(bs, "txn", "describe", "idle-id").stdout
+    assert "State: CompleteCommit" in again
+    assert again.split("Producer: id ")[1].split()[0] != first_pid
+    values = read_committed(bs, topic)
+    assert values.count(b"a") == 1 and values.count(b"b") == 1, values
