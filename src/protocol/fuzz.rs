@@ -199,6 +199,15 @@ mod tests {
             ApiKey::DescribeLogDirs => {
                 RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default())
             }
+            ApiKey::DescribeProducers => {
+                RequestKind::DescribeProducers(DescribeProducersRequest::default())
+            }
+            ApiKey::DescribeTransactions => {
+                RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
+            }
+            ApiKey::ListTransactions => {
+                RequestKind::ListTransactions(ListTransactionsRequest::default())
+            }
             other => panic!("{other:?} is in SUPPORTED but has no test request"),
         }
     }
