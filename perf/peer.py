@@ -223,6 +223,14 @@ PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/
                        r"latency, ([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
 
 
+def last_perf_line(out: str):
+    """The final summary line of ProducerPerformance's output (its match), or None."""
+    m = None
+    for m in PERF_LINE.finditer(out):
+        pass
+    return m
+
+
 def fig_java_producer_perf(broker, rnd, ctx) -> dict:
     """Kafka's ProducerPerformance (the Java client), 1 KiB acks=all, as fast as it goes."""
     topic = f"jpp-{rnd}"
@@ -234,9 +242,7 @@ def fig_java_producer_perf(broker, rnd, ctx) -> dict:
                          "--num-records", str(records), "--record-size", "1024", "--throughput", "-1",
                          "--producer-props", f"bootstrap.servers={broker.bootstrap}", "acks=all",
                          "linger.ms=5", "batch.size=131072"], ctx["commands"])
-        m = None
-        for m in PERF_LINE.finditer(out):
-            pass
+        m = last_perf_line(out)
         if not m:
             return {"failed": True, "error": out[-300:]}
         # The tool's MB/sec is MiB of record values per second; report 10^6 bytes like bench.

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer import PERF_LINE, Strata, create_topic, java_tool, log  # noqa: E402
+from peer import Strata, create_topic, java_tool, last_perf_line, log  # noqa: E402
 
 PARTITIONS = 8
 RECORD = 1024
@@ -43,12 +43,9 @@ def producer_perf(broker: Strata, topic: str, records: int, commands: list[str],
             "enable.idempotence=true", "linger.ms=5", "batch.size=131072"]
     if txn_ms is not None:
         args += ["--transactional-id", f"perf-{topic}", "--transaction-duration-ms", str(txn_ms)]
-    out = java_tool(args, commands)
-    m = None
-    for m in PERF_LINE.finditer(out):
-        pass
+    m = last_perf_line(java_tool(args, commands))
     if not m:
-        return {"failed": True, "error": out[-300:]}
+        return {"failed": True, "error": "no ProducerPerformance summary line"}
     rps = float(m.group(2))
     return {"records_per_sec": rps, "mb_per_sec": round(rps * RECORD / 1e6, 1),
             "p99_ms": int(m.group(8))}
