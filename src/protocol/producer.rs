@@ -5,9 +5,29 @@
 //! replication) needs them and protocol is below all of those.
 
 /// A producer id (batch header `producerId`). Allocated by the controller in blocks; -1 is
-/// "not an idempotent producer".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// "not an idempotent producer". Archived by rkyv as its `i64` alone (storage's producer
+/// snapshots hold it), so snapshots written before it was a newtype read the same.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct ProducerId(pub i64);
+
+/// The bare number, as Kafka's logs and tools print a producer id.
+impl std::fmt::Display for ProducerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 impl ProducerId {
     /// Kafka's `RecordBatch.NO_PRODUCER_ID`.

@@ -69,6 +69,7 @@ pub use partition::{
 pub use space::DiskSpace;
 
 use crate::protocol::error::ErrorCode;
+use crate::protocol::producer::ProducerId;
 use crate::protocol::record_batch::{BatchError, RecordsError};
 
 /// Bytes staged in memory but not yet written, per partition. Past this, appends are refused
@@ -210,33 +211,33 @@ pub enum AppendError {
     RecordListTooLarge { size: usize, max: u64 },
     #[error("out of order sequence for producer {producer_id} epoch {epoch}: got {first_seq}, last {last_seq:?}")]
     OutOfOrderSequence {
-        producer_id: i64,
+        producer_id: ProducerId,
         epoch: i16,
         first_seq: i32,
         last_seq: Option<i32>,
     },
     #[error("producer {producer_id} epoch {epoch} is older than current epoch {current}")]
     InvalidProducerEpoch {
-        producer_id: i64,
+        producer_id: ProducerId,
         epoch: i16,
         current: i16,
     },
     /// A non-transactional batch from a producer whose transaction is open.
     #[error("producer {producer_id} has an open transaction: its batches must be transactional")]
-    InvalidTxnState { producer_id: i64 },
+    InvalidTxnState { producer_id: ProducerId },
     /// A marker from a transaction coordinator older than the one that wrote the last.
     #[error(
         "coordinator epoch {coordinator_epoch} is older than {current} for producer {producer_id}"
     )]
     CoordinatorFenced {
-        producer_id: i64,
+        producer_id: ProducerId,
         coordinator_epoch: i32,
         current: i32,
     },
     /// Not produced since KIP-360 (see `producer_state`); kept so the server's error mapping
     /// is complete.
     #[error("unknown producer id {producer_id}")]
-    UnknownProducerId { producer_id: i64 },
+    UnknownProducerId { producer_id: ProducerId },
     #[error("corrupt batch: {0}")]
     CorruptMessage(BatchError),
     /// The compressed records do not decompress, or inflate past

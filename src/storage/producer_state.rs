@@ -28,6 +28,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::{PRODUCERS_MAX, PRODUCER_BATCHES_RETAINED};
 use crate::protocol::control::{parse_end_txn_marker, EndTxnMarker, TxnOutcome};
+use crate::protocol::producer::ProducerId;
 use crate::protocol::record_batch::BatchHeader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -40,7 +41,7 @@ pub struct BatchMetadata {
 
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct ProducerEntry {
-    pub producer_id: i64,
+    pub producer_id: ProducerId,
     pub epoch: i16,
     /// Oldest first, at most `PRODUCER_BATCHES_RETAINED`.
     pub batches: Vec<BatchMetadata>,
@@ -53,7 +54,7 @@ pub struct ProducerEntry {
 }
 
 impl ProducerEntry {
-    fn new(producer_id: i64, epoch: i16) -> Self {
+    fn new(producer_id: ProducerId, epoch: i16) -> Self {
         Self {
             producer_id,
             epoch,
@@ -77,7 +78,7 @@ impl ProducerEntry {
 /// What the producer fields of one incoming batch say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchIdentity {
-    pub producer_id: i64,
+    pub producer_id: ProducerId,
     pub epoch: i16,
     pub first_seq: i32,
     pub last_seq: i32,
@@ -89,7 +90,7 @@ impl BatchIdentity {
     /// The producer fields of a data batch's header.
     pub fn of(h: &BatchHeader) -> Self {
         Self {
-            producer_id: h.producer_id,
+            producer_id: ProducerId(h.producer_id),
             epoch: h.producer_epoch,
             first_seq: h.base_sequence,
             last_seq: h.last_sequence(),
@@ -102,7 +103,7 @@ impl BatchIdentity {
 /// right after it (what the aborted-transaction index stores).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompletedTxn {
-    pub producer_id: i64,
+    pub producer_id: ProducerId,
     pub first_offset: i64,
     /// The marker's offset.
     pub last_offset: i64,
@@ -148,18 +149,18 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SequenceError {
     InvalidProducerEpoch {
-        producer_id: i64,
+        producer_id: ProducerId,
         epoch: i16,
         current: i16,
     },
     OutOfOrderSequence {
-        producer_id: i64,
+        producer_id: ProducerId,
         epoch: i16,
         first_seq: i32,
         last_seq: Option<i32>,
     },
     /// A non-transactional batch from a producer with an open transaction.
-    InvalidTxnState { producer_id: i64 },
+    InvalidTxnState { producer_id: ProducerId },
 }
 
 /// A point-in-time copy: `next_offset` is the log end it covers (replay starts there).
@@ -171,9 +172,9 @@ pub struct ProducerSnapshot {
 
 #[derive(Debug, Clone, Default)]
 pub struct ProducerStateTable {
-    producers: HashMap<i64, ProducerEntry>,
+    producers: HashMap<ProducerId, ProducerEntry>,
     /// `(first offset, producer id)` of every open transaction (derived from `producers`).
-    ongoing: BTreeSet<(i64, i64)>,
+    ongoing: BTreeSet<(i64, ProducerId)>,
     /// `(marker offset, first offset)` of ended transactions whose marker may still be at or
     /// above the high watermark, in marker order: they hold the last stable offset back until
     /// the marker is replicated (Kafka's `unreplicatedTxns`).
@@ -182,13 +183,13 @@ pub struct ProducerStateTable {
     /// `last_timestamp`). Kept beside the entries, not in them, so the snapshot format stays
     /// as it is: after a restart a producer reads -1 until it writes again (or its batches
     /// are replayed), which `find-hanging` treats as old, the safe side.
-    last_timestamps: HashMap<i64, i64>,
+    last_timestamps: HashMap<ProducerId, i64>,
 }
 
 /// One producer as DescribeProducers reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerView {
-    pub producer_id: i64,
+    pub producer_id: ProducerId,
     pub epoch: i16,
     /// Sequence of the last record of the last retained batch (-1: none).
     pub last_sequence: i32,
@@ -213,7 +214,7 @@ impl ProducerStateTable {
     }
     /// Last offset of the producer's last batch, if it has state (the log cleaner keeps
     /// that batch, maybe empty, so the producer's sequence survives cleaning).
-    pub fn last_offset_of(&self, producer_id: i64) -> Option<i64> {
+    pub fn last_offset_of(&self, producer_id: ProducerId) -> Option<i64> {
         self.producers
             .get(&producer_id)
             .map(ProducerEntry::last_batch_offset)
@@ -222,7 +223,7 @@ impl ProducerStateTable {
 
     /// The offset of a producer's last marker when it has no data batch left in its state
     /// (the cleaner keeps that marker: it is what carries the producer's epoch).
-    pub fn last_marker_of(&self, producer_id: i64) -> Option<i64> {
+    pub fn last_marker_of(&self, producer_id: ProducerId) -> Option<i64> {
         self.producers
             .get(&producer_id)
             .filter(|e| e.batches.is_empty())
@@ -231,7 +232,7 @@ impl ProducerStateTable {
     }
 
     /// The open transaction's first offset of a producer, if it has one.
-    pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+    pub fn open_txn_first_offset(&self, producer_id: ProducerId) -> Option<i64> {
         self.producers
             .get(&producer_id)
             .and_then(|e| e.txn_first_offset)
@@ -261,7 +262,7 @@ impl ProducerStateTable {
 
     /// Notes the largest timestamp of a producer's latest batch or marker; ignored for a
     /// producer without state (non-idempotent, or evicted).
-    pub fn note_timestamp(&mut self, producer_id: i64, timestamp: i64) {
+    pub fn note_timestamp(&mut self, producer_id: ProducerId, timestamp: i64) {
         if self.producers.contains_key(&producer_id) {
             self.last_timestamps.insert(producer_id, timestamp);
         }
@@ -296,7 +297,7 @@ impl ProducerStateTable {
     }
 
     /// Removes a producer and its open transaction.
-    fn remove(&mut self, producer_id: i64) {
+    fn remove(&mut self, producer_id: ProducerId) {
         self.last_timestamps.remove(&producer_id);
         if let Some(e) = self.producers.remove(&producer_id) {
             if let Some(first) = e.txn_first_offset {
@@ -323,7 +324,7 @@ impl ProducerStateTable {
     /// producer takes any marker (its state may be gone with retention).
     pub fn check_marker(
         &self,
-        producer_id: i64,
+        producer_id: ProducerId,
         epoch: i16,
         coordinator_epoch: i32,
     ) -> Result<(), MarkerRefused> {
@@ -350,7 +351,7 @@ impl ProducerStateTable {
     /// transaction ends an empty one at its own offset, as Kafka does).
     pub fn complete_txn(
         &mut self,
-        producer_id: i64,
+        producer_id: ProducerId,
         epoch: i16,
         marker: EndTxnMarker,
         marker_offset: i64,
@@ -399,14 +400,18 @@ impl ProducerStateTable {
     pub fn replay(&mut self, h: &BatchHeader, batch: &[u8]) -> Option<CompletedTxn> {
         if !h.is_control() {
             self.record(&BatchIdentity::of(h), h.base_offset, h.last_offset());
-            self.note_timestamp(h.producer_id, h.max_timestamp);
+            self.note_timestamp(ProducerId(h.producer_id), h.max_timestamp);
             return None;
         }
         match parse_end_txn_marker(batch) {
             Ok(Some(marker)) if h.producer_id >= 0 => {
-                let done =
-                    self.complete_txn(h.producer_id, h.producer_epoch, marker, h.base_offset);
-                self.note_timestamp(h.producer_id, h.max_timestamp);
+                let done = self.complete_txn(
+                    ProducerId(h.producer_id),
+                    h.producer_epoch,
+                    marker,
+                    h.base_offset,
+                );
+                self.note_timestamp(ProducerId(h.producer_id), h.max_timestamp);
                 Some(done)
             }
             Ok(_) => None,
@@ -428,7 +433,7 @@ impl ProducerStateTable {
         b: &BatchIdentity,
         origin: AppendOrigin,
     ) -> Result<Verdict, SequenceError> {
-        if b.producer_id < 0 {
+        if b.producer_id.is_none() {
             return Ok(Verdict::NotIdempotent);
         }
         let Some(entry) = self.producers.get(&b.producer_id) else {
@@ -493,7 +498,7 @@ impl ProducerStateTable {
 
     /// Records an appended batch (also used to replay the log on recovery, unchecked).
     pub fn record(&mut self, b: &BatchIdentity, base_offset: i64, last_offset: i64) {
-        if b.producer_id < 0 {
+        if b.producer_id.is_none() {
             return;
         }
         if !self.producers.contains_key(&b.producer_id) && self.producers.len() >= PRODUCERS_MAX {
@@ -537,7 +542,7 @@ impl ProducerStateTable {
     /// Forgets producers whose last batch lies wholly below the new log start (Kafka's
     /// `truncateHead`); their next batch is then accepted as from an unknown producer.
     pub fn evict_below(&mut self, log_start_offset: i64) {
-        let doomed: Vec<i64> = self
+        let doomed: Vec<ProducerId> = self
             .producers
             .values()
             .filter(|e| e.last_offset() < log_start_offset)
@@ -553,8 +558,8 @@ impl ProducerStateTable {
     /// keeps an exact entry (its retained batches, epoch and open transaction all come from
     /// below `offset`); the returned ones must be rebuilt from the log below `offset`
     /// (`absorb`).
-    pub fn remove_at_or_after(&mut self, offset: i64) -> Vec<i64> {
-        let doomed: Vec<i64> = self
+    pub fn remove_at_or_after(&mut self, offset: i64) -> Vec<ProducerId> {
+        let doomed: Vec<ProducerId> = self
             .producers
             .values()
             .filter(|e| e.last_offset() >= offset)
@@ -609,7 +614,7 @@ mod tests {
 
     fn id(producer_id: i64, epoch: i16, first_seq: i32, last_seq: i32) -> BatchIdentity {
         BatchIdentity {
-            producer_id,
+            producer_id: ProducerId(producer_id),
             epoch,
             first_seq,
             last_seq,
@@ -634,14 +639,14 @@ mod tests {
             );
             t.record(&txn, offset, offset);
         }
-        assert_eq!(t.open_txn_first_offset(9), Some(10));
+        assert_eq!(t.open_txn_first_offset(ProducerId(9)), Some(10));
         // The same batch from a client would be taken for a duplicate.
         assert!(matches!(t.check(&txn), Ok(Verdict::Duplicate { .. })));
         let stale = BatchIdentity { epoch: 2, ..txn };
         assert_eq!(
             t.check_from(&stale, AppendOrigin::Coordinator),
             Err(SequenceError::InvalidProducerEpoch {
-                producer_id: 9,
+                producer_id: ProducerId(9),
                 epoch: 2,
                 current: 3
             })
@@ -667,7 +672,7 @@ mod tests {
         );
         let ooo = |pid, epoch, first_seq, last_seq| {
             Err(OutOfOrderSequence {
-                producer_id: pid,
+                producer_id: ProducerId(pid),
                 epoch,
                 first_seq,
                 last_seq,
@@ -740,7 +745,7 @@ mod tests {
                 vec![(id(7, 3, 0, 0), 0)],
                 id(7, 2, 1, 1),
                 Err(InvalidProducerEpoch {
-                    producer_id: 7,
+                    producer_id: ProducerId(7),
                     epoch: 2,
                     current: 3,
                 }),
@@ -833,11 +838,11 @@ mod tests {
         t.record(&txn(1, 2, 2), 4, 4);
         assert_eq!(t.last_stable_offset(10), 0);
         assert_eq!(t.last_stable_offset(-1), -1, "never above the HW");
-        let done = t.complete_txn(1, 0, end(TxnOutcome::Abort), 5);
+        let done = t.complete_txn(ProducerId(1), 0, end(TxnOutcome::Abort), 5);
         assert_eq!(
             done,
             CompletedTxn {
-                producer_id: 1,
+                producer_id: ProducerId(1),
                 first_offset: 0,
                 last_offset: 5,
                 last_stable_offset: 3,
@@ -855,17 +860,17 @@ mod tests {
             "open txn of 2 in the snapshot"
         );
         t.prune_replicated(6);
-        let done = t.complete_txn(2, 0, end(TxnOutcome::Commit), 6);
+        let done = t.complete_txn(ProducerId(2), 0, end(TxnOutcome::Commit), 6);
         assert_eq!(done.last_stable_offset, 7);
         assert!(!done.aborted);
         assert_eq!(t.last_stable_offset(7), 7);
         // A marker with no open transaction ends an empty one at its own offset.
-        let done = t.complete_txn(9, 0, end(TxnOutcome::Abort), 8);
+        let done = t.complete_txn(ProducerId(9), 0, end(TxnOutcome::Abort), 8);
         assert_eq!((done.first_offset, done.last_offset), (8, 8));
         // Truncation below a producer's marker forgets it (the caller replays the log).
         let mut gone = t.remove_at_or_after(6);
         gone.sort_unstable();
-        assert_eq!(gone, vec![2, 9]);
+        assert_eq!(gone, vec![ProducerId(2), ProducerId(9)]);
         assert_eq!(t.last_stable_offset(100), 100);
     }
 
@@ -876,15 +881,15 @@ mod tests {
     fn describe_reports_each_producer() {
         let mut t = ProducerStateTable::default();
         t.record(&txn(1, 0, 4), 10, 14);
-        t.note_timestamp(1, 1_700_000_000_000);
+        t.note_timestamp(ProducerId(1), 1_700_000_000_000);
         t.record(&id(2, 3, 0, 0), 15, 15);
-        t.note_timestamp(77, 5); // no state: ignored
+        t.note_timestamp(ProducerId(77), 5); // no state: ignored
         let d = t.describe();
         assert_eq!(d.len(), 2);
         assert_eq!(
             d[0],
             ProducerView {
-                producer_id: 1,
+                producer_id: ProducerId(1),
                 epoch: 0,
                 last_sequence: 4,
                 last_timestamp: 1_700_000_000_000,
@@ -894,19 +899,73 @@ mod tests {
         );
         assert_eq!(
             (d[1].producer_id, d[1].epoch, d[1].last_timestamp),
-            (2, 3, -1)
+            (ProducerId(2), 3, -1)
         );
         assert_eq!(d[1].txn_first_offset, None);
         let marker = EndTxnMarker {
             outcome: TxnOutcome::Abort,
             coordinator_epoch: 4,
         };
-        t.complete_txn(1, 0, marker, 16);
+        t.complete_txn(ProducerId(1), 0, marker, 16);
         let d = t.describe();
         assert_eq!((d[0].coordinator_epoch, d[0].txn_first_offset), (4, None));
         t.evict_below(100);
         assert!(t.describe().is_empty());
         t.record(&id(1, 0, 0, 0), 100, 100);
         assert_eq!(t.describe()[0].last_timestamp, -1);
+    }
+
+    /// The snapshot file's bytes did not change when `producer_id` became a `ProducerId`:
+    /// a snapshot written by a broker from before reads the same (and the other way round).
+    /// `Old*` mirror the layout as it was, with a bare `i64`.
+    #[test]
+    fn snapshot_bytes_are_those_of_the_bare_i64_layout() {
+        #[derive(rkyv::Archive, rkyv::Serialize)]
+        struct OldEntry {
+            producer_id: i64,
+            epoch: i16,
+            batches: Vec<BatchMetadata>,
+            txn_first_offset: Option<i64>,
+            coordinator_epoch: i32,
+            last_marker_offset: i64,
+        }
+        #[derive(rkyv::Archive, rkyv::Serialize)]
+        struct OldSnapshot {
+            next_offset: i64,
+            producers: Vec<OldEntry>,
+        }
+        let mut t = ProducerStateTable::default();
+        t.record(&id(7, 2, 0, 4), 10, 14);
+        t.record(&id(-1, 0, 0, 0), 15, 15);
+        t.record(
+            &BatchIdentity {
+                transactional: true,
+                ..id(i64::MAX, 0, 0, 0)
+            },
+            16,
+            16,
+        );
+        let new = t.snapshot(17);
+        let old = OldSnapshot {
+            next_offset: new.next_offset,
+            producers: new
+                .producers
+                .iter()
+                .map(|e| OldEntry {
+                    producer_id: e.producer_id.0,
+                    epoch: e.epoch,
+                    batches: e.batches.clone(),
+                    txn_first_offset: e.txn_first_offset,
+                    coordinator_epoch: e.coordinator_epoch,
+                    last_marker_offset: e.last_marker_offset,
+                })
+                .collect(),
+        };
+        let new_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&new).expect("encode");
+        let old_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&old).expect("encode");
+        assert_eq!(new_bytes.as_slice(), old_bytes.as_slice());
+        let back: ProducerSnapshot =
+            rkyv::from_bytes::<ProducerSnapshot, rkyv::rancor::Error>(&old_bytes).expect("decode");
+        assert_eq!(back, new);
     }
 }

@@ -37,7 +37,7 @@ pub struct AbortedTxn {
 impl From<CompletedTxn> for AbortedTxn {
     fn from(done: CompletedTxn) -> Self {
         Self {
-            producer_id: done.producer_id,
+            producer_id: done.producer_id.0,
             first_offset: done.first_offset,
             last_offset: done.last_offset,
             last_stable_offset: done.last_stable_offset,

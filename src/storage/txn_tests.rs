@@ -79,11 +79,11 @@ fn open_transactions_bound_the_lso_and_aborts_are_indexed() {
         durable(&p).await;
         assert_eq!(p.high_watermark(), 6);
         assert_eq!(p.last_stable_offset(), 0);
-        assert_eq!(p.open_txn_first_offset(1), Some(0));
+        assert_eq!(p.open_txn_first_offset(ProducerId(1)), Some(0));
         assert_eq!(end_txn(&p, 1, 0, TxnOutcome::Abort), 6);
         durable(&p).await;
         assert_eq!(p.last_stable_offset(), 4, "pid 2 still open");
-        assert_eq!(p.open_txn_first_offset(1), None);
+        assert_eq!(p.open_txn_first_offset(ProducerId(1)), None);
         assert_eq!(end_txn(&p, 2, 0, TxnOutcome::Commit), 7);
         durable(&p).await;
         assert_eq!(p.last_stable_offset(), 8);
@@ -93,7 +93,7 @@ fn open_transactions_bound_the_lso_and_aborts_are_indexed() {
         p.append(txn_batch(1, 1, 3, 10), 0).unwrap(); // 8 opens
         p.append(txn_batch(1, 1, 4, 10), 0).unwrap(); // 9 continues
         durable(&p).await;
-        assert_eq!(p.open_txn_first_offset(1), Some(8));
+        assert_eq!(p.open_txn_first_offset(ProducerId(1)), Some(8));
         assert_eq!(end_txn(&p, 1, 0, TxnOutcome::Abort), 10);
         assert_eq!(
             p.aborted_transactions(0, 11),
@@ -119,7 +119,9 @@ fn marker_and_txn_state_refusals() {
         let plain = make_batch(1, 1_000, 1, 0, 1, 10);
         assert!(matches!(
             p.append(plain, 0),
-            Err(AppendError::InvalidTxnState { producer_id: 1 })
+            Err(AppendError::InvalidTxnState {
+                producer_id: ProducerId(1)
+            })
         ));
         let m = |epoch, coordinator_epoch| {
             p.append_marker(
@@ -192,7 +194,7 @@ fn aborted_index_and_open_txns_survive_crash_and_close() {
             let lso = p.last_stable_offset();
             let want = p.aborted_transactions(0, end);
             assert_eq!(want, vec![aborted(1, 0)]);
-            assert_eq!(lso, p.open_txn_first_offset(3).unwrap());
+            assert_eq!(lso, p.open_txn_first_offset(ProducerId(3)).unwrap());
             if crash {
                 p.crash().await;
             } else {
@@ -290,7 +292,7 @@ fn truncation_and_retention_drop_aborts_with_their_markers() {
         assert_eq!(p.aborted_transactions(0, 3), vec![aborted(1, 0)]);
         p.truncate_to(m).await.unwrap();
         assert_eq!(p.aborted_transactions(0, 3), vec![]);
-        assert_eq!(p.open_txn_first_offset(1), Some(0));
+        assert_eq!(p.open_txn_first_offset(ProducerId(1)), Some(0));
         assert_eq!(p.last_stable_offset(), 0);
         let m = end_txn(&p, 1, 0, TxnOutcome::Abort);
         assert_eq!(m, 2);

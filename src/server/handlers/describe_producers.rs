@@ -58,7 +58,7 @@ fn partition_response(partition: i32, r: ProducersResult) -> PartitionResponse {
 
 fn producer_state(v: &ProducerView) -> ProducerState {
     ProducerState::default()
-        .with_producer_id(ProducerId(v.producer_id))
+        .with_producer_id(ProducerId(v.producer_id.0))
         .with_producer_epoch(i32::from(v.epoch))
         .with_last_sequence(v.last_sequence)
         .with_last_timestamp(v.last_timestamp)
@@ -80,7 +80,7 @@ mod tests {
             error: None,
             producers: vec![
                 ProducerView {
-                    producer_id: 7,
+                    producer_id: crate::protocol::producer::ProducerId(7),
                     epoch: 2,
                     last_sequence: 41,
                     last_timestamp: 1_700_000_000_000,
@@ -88,7 +88,7 @@ mod tests {
                     txn_first_offset: Some(10),
                 },
                 ProducerView {
-                    producer_id: 8,
+                    producer_id: crate::protocol::producer::ProducerId(8),
                     epoch: 0,
                     last_sequence: 0,
                     last_timestamp: -1,

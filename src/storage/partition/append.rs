@@ -212,14 +212,14 @@ impl Partition {
             inner
                 .producers
                 .check_marker(
-                    header.producer_id,
+                    ProducerId(header.producer_id),
                     header.producer_epoch,
                     m.coordinator_epoch,
                 )
                 .map_err(|refused| match refused {
                     MarkerRefused::InvalidProducerEpoch { epoch, current } => {
                         AppendError::InvalidProducerEpoch {
-                            producer_id: header.producer_id,
+                            producer_id: ProducerId(header.producer_id),
                             epoch,
                             current,
                         }
@@ -228,7 +228,7 @@ impl Partition {
                         coordinator_epoch,
                         current,
                     } => AppendError::CoordinatorFenced {
-                        producer_id: header.producer_id,
+                        producer_id: ProducerId(header.producer_id),
                         coordinator_epoch,
                         current,
                     },
@@ -237,9 +237,9 @@ impl Partition {
         let id = BatchIdentity {
             // Control batches carry no sequence: never checked as data.
             producer_id: if header.is_control() {
-                -1
+                ProducerId::NONE
             } else {
-                header.producer_id
+                ProducerId(header.producer_id)
             },
             ..BatchIdentity::of(&header)
         };
@@ -324,7 +324,7 @@ impl Partition {
         inner.producers.record(&id, base_offset, h.last_offset());
         if let Some(m) = marker {
             let done = inner.producers.complete_txn(
-                header.producer_id,
+                ProducerId(header.producer_id),
                 header.producer_epoch,
                 m,
                 base_offset,
@@ -333,7 +333,7 @@ impl Partition {
         }
         inner
             .producers
-            .note_timestamp(header.producer_id, h.max_timestamp);
+            .note_timestamp(ProducerId(header.producer_id), h.max_timestamp);
         if inner.max_timestamp.is_none_or(|(t, _)| h.max_timestamp > t) {
             inner.max_timestamp = Some((h.max_timestamp, h.last_offset()));
         }

@@ -18,6 +18,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
+use crate::protocol::producer::ProducerId;
 use crate::protocol::record_batch::BatchHeader;
 use crate::storage::cleaner::{
     cleanable, filter_batch, group_segments, map_batch, Cleanable, FilterContext, FilterStats,
@@ -242,8 +243,8 @@ impl Partition {
         let summaries: Vec<SegmentSummary> = closed.iter().map(|c| c.summary).collect();
         let groups = group_segments(&summaries, end_offset, config.segment_bytes);
         let producers = self.inner.borrow().producers.clone();
-        let lookup = |pid: i64| producers.last_offset_of(pid);
-        let last_marker = |pid: i64| producers.last_marker_of(pid);
+        let lookup = |pid: i64| producers.last_offset_of(ProducerId(pid));
+        let last_marker = |pid: i64| producers.last_marker_of(ProducerId(pid));
         let ctx = FilterContext {
             map,
             now_ms,

@@ -72,6 +72,7 @@ use super::txn_index::{self, AbortedRange};
 use super::{Error, FlushPolicy, LogConfig};
 use crate::limits::PARTITION_RESIDENT_BYTES;
 use crate::protocol::ids::{LeaderEpoch, Offset};
+use crate::protocol::producer::ProducerId;
 use crate::replication::epoch_cache::EpochCache;
 
 pub use clean::{CleanReport, CleanerState, CleanerThrottle};
@@ -455,7 +456,7 @@ impl Partition {
     }
 
     /// The open transaction's first offset of a producer (DescribeProducers, tests).
-    pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+    pub fn open_txn_first_offset(&self, producer_id: ProducerId) -> Option<i64> {
         self.inner
             .borrow()
             .producers

@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::collections::HashSet;
 
 use crate::protocol::ids::Offset;
+use crate::protocol::producer::ProducerId;
 use crate::replication::epoch_cache::EpochCache;
 use crate::storage::producer_state::ProducerStateTable;
 use crate::storage::recovery::{
@@ -177,7 +178,8 @@ impl Partition {
         };
         // Producers whose last batch is cut are rebuilt from this segment below the cut;
         // every other entry is already exactly what it was at the cut.
-        let affected: HashSet<i64> = producers.remove_at_or_after(offset).into_iter().collect();
+        let affected: HashSet<ProducerId> =
+            producers.remove_at_or_after(offset).into_iter().collect();
         let mut replayed = ProducerStateTable::default();
         let mut cut = None;
         // Where the kept part of the segment ends: the cut batch's base offset, or below it
@@ -201,7 +203,7 @@ impl Partition {
                     return;
                 }
                 kept_end = h.last_offset() + 1;
-                if affected.contains(&h.producer_id) {
+                if affected.contains(&ProducerId(h.producer_id)) {
                     replayed.replay(h, batch);
                 }
             },
