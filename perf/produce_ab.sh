@@ -15,11 +15,17 @@ one() {
     | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["label"], round(r["records_per_sec"]), round(r["mb_per_sec"],1), r["latency_us"]["p99"])'
   kill $pid; wait $pid 2>/dev/null || true; rm -rf "$dir"
 }
-for i in $(seq "$ROUNDS"); do one "$A" A; one "$B" B; done | tee /dev/stderr | python3 -c '
+# Each run's line is printed as it comes and kept in a file for the summary (not with
+# `tee /dev/stderr`, which reopens a redirected stderr file and truncates what was written
+# before, as perf/consume_ab.sh notes).
+ROWS=$(mktemp)
+trap 'rm -f "$ROWS"' EXIT
+for i in $(seq "$ROUNDS"); do one "$A" A | tee -a "$ROWS"; one "$B" B | tee -a "$ROWS"; done
+python3 -c '
 import sys, statistics
 rows=[l.split() for l in sys.stdin if l.strip()]
 for side in "AB":
     v=[float(r[2]) for r in rows if r[0]==side]
     print(side, "median MB/s", statistics.median(v), "runs", v)
 a=statistics.median(float(r[2]) for r in rows if r[0]=="A"); b=statistics.median(float(r[2]) for r in rows if r[0]=="B")
-print("B/A", round(b/a, 3))'
+print("B/A", round(b/a, 3))' <"$ROWS"
