@@ -30,6 +30,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Cluster(#[from] crate::cluster::quorum::QuorumError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error("cannot start shard {shard}: {message}")]
     Executor { shard: usize, message: String },
 }
@@ -109,11 +111,28 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
             heartbeat: None,
         });
     }
-    let (host, port) = config.advertised();
+    let listeners = config.listeners()?;
+    // `host:port` of the registration is the inter-broker endpoint (what other brokers
+    // dial); every advertised listener goes with it, for Metadata on each listener.
+    let (host, port) = listeners
+        .inter_broker_endpoint()
+        .map(|e| (e.host.clone(), i32::from(e.port)))
+        .unwrap_or_default();
+    let endpoints = listeners
+        .advertised
+        .iter()
+        .map(|e| crate::cluster::catalog::BrokerEndpoint {
+            name: e.name.clone(),
+            host: e.host.clone(),
+            port: i32::from(e.port),
+            security_protocol: e.security_protocol.id(),
+        })
+        .collect();
     let rack = (!config.rack.is_empty()).then(|| config.rack.clone());
     let heartbeat = quorum.register_and_heartbeat(
         host,
         port,
+        endpoints,
         rack,
         nr_shards as u32,
         Duration::from_millis(config.broker_heartbeat_interval_ms.max(1)),
@@ -138,6 +157,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
             config.syslog_listeners.len(),
         ),
         config,
+        listeners,
         nr_shards,
         catalog,
         quorum: quorum.clone(),
@@ -218,16 +238,17 @@ async fn shard_main(
     crate::shard::replica::apply_metadata(&ctx).await;
     crate::shard::groups::wait_loaded(&ctx, Duration::from_secs(GROUP_LOAD_WAIT_SECS)).await;
 
-    let listener = match glommio::net::TcpListener::bind(shared.config.listen.as_str()) {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = ready_tx.send(Err(format!(
-                "cannot listen on {}: {e}",
-                shared.config.listen
-            )));
-            return;
+    // Every shard binds every listener (SO_REUSEPORT); the kernel spreads the connections.
+    let mut kafka_listeners = Vec::with_capacity(shared.listeners.bound.len());
+    for endpoint in &shared.listeners.bound {
+        match glommio::net::TcpListener::bind(endpoint.bind_address()) {
+            Ok(l) => kafka_listeners.push((endpoint.clone(), l)),
+            Err(e) => {
+                let _ = ready_tx.send(Err(format!("cannot listen on {endpoint}: {e}")));
+                return;
+            }
         }
-    };
+    }
     // Syslog and HTTP listeners, when configured (bound here so a bad address fails start).
     let ingest_sockets = match crate::server::ingest::bind(&ctx) {
         Ok(s) => s,
@@ -243,7 +264,11 @@ async fn shard_main(
             return;
         }
     };
-    info!(shard, listen = %shared.config.listen, "shard ready");
+    info!(
+        shard,
+        listeners = %shared.listeners.bound_text(),
+        "shard ready"
+    );
     let _ = ready_tx.send(Ok(()));
 
     let retention = glommio::spawn_local(retention_loop(ctx.clone())).detach();
@@ -258,15 +283,27 @@ async fn shard_main(
     let metrics = metrics_listener.map(|l| {
         glommio::spawn_local(crate::server::metrics_http::accept_loop(ctx.clone(), l)).detach()
     });
-    let acceptor =
-        glommio::spawn_local(crate::server::accept_loop(ctx.clone(), listener, admission)).detach();
+    let acceptors: Vec<_> = kafka_listeners
+        .into_iter()
+        .map(|(endpoint, listener)| {
+            glommio::spawn_local(crate::server::accept_loop(
+                ctx.clone(),
+                listener,
+                endpoint,
+                admission.clone(),
+            ))
+            .detach()
+        })
+        .collect();
 
     // Wait for the stop signal from the main thread.
     let _ = stop_rx.recv_async().await;
     info!(shard, "shutting down");
     ctx.shutting_down.set(true);
     ctx.shutdown_notify.notify_all();
-    acceptor.cancel();
+    for acceptor in acceptors {
+        acceptor.cancel();
+    }
     if let Some(t) = metrics {
         t.cancel();
     }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::security::{ListenerSettings, Listeners};
 use crate::storage::{CleanupPolicy, CompressionType, FlushPolicy, LogConfig, TimestampType};
 
 #[derive(Debug, Error)]
@@ -38,10 +39,23 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Address every shard listens on (SO_REUSEPORT).
+    /// Address every shard listens on (SO_REUSEPORT), one PLAINTEXT listener; unused when
+    /// `listeners` is set.
     pub listen: String,
-    /// Address given to clients in Metadata; empty means the listen address.
+    /// Address given to clients in Metadata; empty means the listen address. Only with
+    /// `listen`: `listeners` has `advertised_listeners`.
     pub advertised_listener: String,
+    /// Kafka's listeners: `NAME://HOST:PORT,...`, NAME a security protocol or a name in
+    /// `listener_security_protocol_map`. Replaces `listen` when set.
+    pub listeners: String,
+    /// Kafka's advertised.listeners; empty means `listeners`.
+    pub advertised_listeners: String,
+    /// Kafka's listener.security.protocol.map: `NAME:PROTOCOL,...`; a listener named after a
+    /// protocol needs no entry.
+    pub listener_security_protocol_map: String,
+    /// Kafka's inter.broker.listener.name: the listener brokers reach each other on; empty
+    /// means PLAINTEXT if there is one, else the first listener.
+    pub inter_broker_listener_name: String,
     /// Where partitions and metadata live.
     pub data_dir: PathBuf,
     /// Number of shards (one executor pinned per core); 0 means every available core.
@@ -238,6 +252,10 @@ impl Default for Config {
         Self {
             listen: "127.0.0.1:9092".into(),
             advertised_listener: String::new(),
+            listeners: String::new(),
+            advertised_listeners: String::new(),
+            listener_security_protocol_map: String::new(),
+            inter_broker_listener_name: String::new(),
             data_dir: PathBuf::from("./data"),
             shards: 0,
             node_id: 0,
@@ -346,6 +364,10 @@ pub struct Roles {
 pub struct Overrides {
     pub listen: Option<String>,
     pub advertised_listener: Option<String>,
+    pub listeners: Option<String>,
+    pub advertised_listeners: Option<String>,
+    pub listener_security_protocol_map: Option<String>,
+    pub inter_broker_listener_name: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub shards: Option<usize>,
     pub node_id: Option<i32>,
@@ -421,6 +443,19 @@ impl Config {
             config.node_id = v;
         }
         for (slot, flag) in [
+            (&mut config.listeners, &flags.listeners),
+            (
+                &mut config.advertised_listeners,
+                &flags.advertised_listeners,
+            ),
+            (
+                &mut config.listener_security_protocol_map,
+                &flags.listener_security_protocol_map,
+            ),
+            (
+                &mut config.inter_broker_listener_name,
+                &flags.inter_broker_listener_name,
+            ),
             (&mut config.process_roles, &flags.process_roles),
             (&mut config.controller_listen, &flags.controller_listen),
             (&mut config.controller_voters, &flags.controller_voters),
@@ -504,12 +539,26 @@ impl Config {
                 "delays must be >= 0 and offsets_retention_minutes >= 1".into(),
             ));
         }
-        self.listen
-            .parse::<SocketAddr>()
-            .map_err(|e| invalid("listen", format!("{:?}: {e}", self.listen)))?;
-        if !self.advertised_listener.is_empty() {
-            parse_host_port(&self.advertised_listener)
-                .ok_or_else(|| invalid("advertised_listener", "expected HOST:PORT".into()))?;
+        if self.listeners.trim().is_empty() {
+            self.listen
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("listen", format!("{:?}: {e}", self.listen)))?;
+            if !self.advertised_listener.is_empty() {
+                parse_host_port(&self.advertised_listener)
+                    .ok_or_else(|| invalid("advertised_listener", "expected HOST:PORT".into()))?;
+            }
+        }
+        let listeners = self.listeners()?;
+        for l in &listeners.bound {
+            let resolves = std::net::ToSocketAddrs::to_socket_addrs(&l.bind_address())
+                .map(|mut a| a.next().is_some())
+                .unwrap_or(false);
+            if !resolves {
+                return Err(invalid(
+                    "listeners",
+                    format!("{l}: {} is not an address to bind", l.bind_address()),
+                ));
+            }
         }
         if self.num_partitions < 1 {
             return Err(invalid("num_partitions", "must be at least 1".into()));
@@ -588,6 +637,24 @@ impl Config {
             return Err(invalid(
                 "controller_voters",
                 "a broker-only node must be told where the controllers are".into(),
+            ));
+        }
+        // Brokers reach each other on the inter-broker listener with a plaintext client
+        // (`shard::peer`); until that client speaks TLS and SASL, a cluster needs that
+        // listener to be PLAINTEXT. A single node has no peers, whatever its listeners.
+        let has_peers = voters.len() > 1 || !roles.controller;
+        let inter_broker = listeners
+            .inter_broker_endpoint()
+            .map(|l| l.security_protocol)
+            .unwrap_or(crate::security::SecurityProtocol::Plaintext);
+        if has_peers && inter_broker != crate::security::SecurityProtocol::Plaintext {
+            return Err(invalid(
+                "inter_broker_listener_name",
+                format!(
+                    "the inter-broker listener {} is {inter_broker}: brokers reach each \
+                     other in PLAINTEXT only for now; add a PLAINTEXT listener for them",
+                    listeners.inter_broker
+                ),
             ));
         }
         if self.min_insync_replicas < 1 {
@@ -736,14 +803,21 @@ impl Config {
         Ok(out)
     }
 
-    /// The advertised (host, port) pair.
-    pub fn advertised(&self) -> (String, i32) {
-        let text = if self.advertised_listener.is_empty() {
-            &self.listen
-        } else {
-            &self.advertised_listener
-        };
-        parse_host_port(text).unwrap_or_else(|| ("127.0.0.1".into(), 9092))
+    /// The listeners (`listeners`, `advertised_listeners`, the protocol map and the
+    /// inter-broker listener, or the single PLAINTEXT `listen`), resolved and checked.
+    pub fn listeners(&self) -> Result<Listeners, ConfigError> {
+        Listeners::resolve(ListenerSettings {
+            listeners: &self.listeners,
+            advertised_listeners: &self.advertised_listeners,
+            listener_security_protocol_map: &self.listener_security_protocol_map,
+            inter_broker_listener_name: &self.inter_broker_listener_name,
+            listen: &self.listen,
+            advertised_listener: &self.advertised_listener,
+        })
+        .map_err(|e| ConfigError::Invalid {
+            key: "listeners".into(),
+            message: e.to_string(),
+        })
     }
 
     /// The min.insync.replicas of a topic with these overrides.
@@ -1121,14 +1195,21 @@ impl Config {
 
     /// Read-only broker settings shown by DescribeConfigs, in Kafka's names.
     pub fn static_broker_settings(&self) -> Vec<(&'static str, String)> {
+        // Validated at load: a config that got here resolves.
+        let listeners = self.listeners().ok();
+        let text = |f: fn(&Listeners) -> String| listeners.as_ref().map(f).unwrap_or_default();
         vec![
+            ("advertised.listeners", text(Listeners::advertised_text)),
             (
-                "advertised.listeners",
-                format!(
-                    "PLAINTEXT://{}:{}",
-                    self.advertised().0,
-                    self.advertised().1
-                ),
+                "inter.broker.listener.name",
+                listeners
+                    .as_ref()
+                    .map(|l| l.inter_broker.clone())
+                    .unwrap_or_default(),
+            ),
+            (
+                "listener.security.protocol.map",
+                text(Listeners::protocol_map_text),
             ),
             (
                 "auto.create.topics.enable",
@@ -1139,7 +1220,7 @@ impl Config {
                 "default.replication.factor",
                 self.default_replication_factor.to_string(),
             ),
-            ("listeners", format!("PLAINTEXT://{}", self.listen)),
+            ("listeners", text(Listeners::bound_text)),
             ("log.dirs", self.data_dir.display().to_string()),
             ("num.partitions", self.num_partitions.to_string()),
             (
@@ -1283,6 +1364,61 @@ mod tests {
         let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "x".to_string())];
         let err = Config::load(None, env.into_iter(), &Overrides::default());
         assert!(matches!(err, Err(ConfigError::Env { .. })));
+    }
+
+    /// Kafka's listener settings come from the file, `STRATA_*` and flags like the others;
+    /// without them the broker keeps its single PLAINTEXT listener on `listen`; a bad
+    /// listener list is refused at load with the setting named.
+    #[test]
+    fn listeners_settings() {
+        use crate::security::SecurityProtocol;
+        let c = Config::load(None, std::iter::empty(), &Overrides::default()).expect("load");
+        let l = c.listeners().expect("listeners");
+        assert_eq!(l.bound_text(), "PLAINTEXT://127.0.0.1:9092");
+        assert_eq!(l.advertised_text(), "PLAINTEXT://127.0.0.1:9092");
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "listeners = \"CLIENT://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19092\"\n\
+             listener_security_protocol_map = \"CLIENT:SSL\"\n",
+        )
+        .expect("write");
+        let env = vec![(
+            "STRATA_ADVERTISED_LISTENERS".to_string(),
+            "CLIENT://public.example:443,PLAINTEXT://127.0.0.1:19092".to_string(),
+        )];
+        let flags = Overrides {
+            inter_broker_listener_name: Some("client".into()),
+            ..Default::default()
+        };
+        let c = Config::load(Some(&path), env.into_iter(), &flags).expect("load");
+        let l = c.listeners().expect("listeners");
+        assert_eq!(l.bound.len(), 2);
+        assert_eq!(l.bound[0].security_protocol, SecurityProtocol::Ssl);
+        assert_eq!(l.bound[1].security_protocol, SecurityProtocol::Plaintext);
+        assert_eq!(l.advertised[0].host, "public.example");
+        assert_eq!(l.inter_broker, "CLIENT");
+        let shown: BTreeMap<_, _> = c.static_broker_settings().into_iter().collect();
+        assert_eq!(
+            shown["listeners"],
+            "CLIENT://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19092"
+        );
+        assert_eq!(
+            shown["listener.security.protocol.map"],
+            "CLIENT:SSL,PLAINTEXT:PLAINTEXT"
+        );
+
+        let env = vec![(
+            "STRATA_LISTENERS".to_string(),
+            "CLIENT://127.0.0.1:1".to_string(),
+        )];
+        let err = Config::load(None, env.into_iter(), &Overrides::default());
+        assert!(
+            matches!(&err, Err(ConfigError::Invalid { key, .. }) if key == "listeners"),
+            "{err:?}"
+        );
     }
 
     /// The documented config file parses and matches the built-in defaults.

@@ -16,6 +16,8 @@
 //!   the record mapping, sans-IO.
 //! - [`storage`]: partition logs on disk — segments, indexes, recovery, retention, producer
 //!   state, the per-shard memory budget. File I/O through glommio.
+//! - [`security`]: listeners and security protocols, the per-connection `Session` and
+//!   principal, sans-IO.
 //! - [`config`]: typed configuration, defaults, validation.
 //! - [`cluster`]: cluster metadata — the catalog, placement, the controller (sans-IO) and the
 //!   Raft metadata log (`cluster::raft`) with its quorum client (`cluster::quorum`).
@@ -42,6 +44,7 @@ pub mod limits;
 pub mod metrics;
 pub mod protocol;
 pub mod replication;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod storage;

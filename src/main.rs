@@ -55,6 +55,18 @@ struct ServeArgs {
     /// Address clients are told to connect to [default: the listen address]
     #[arg(long, value_name = "HOST:PORT")]
     advertised_listener: Option<String>,
+    /// Kafka's listeners; replaces --listen [default: PLAINTEXT on the listen address]
+    #[arg(long, value_name = "NAME://HOST:PORT,...")]
+    listeners: Option<String>,
+    /// Kafka's advertised.listeners [default: the listeners]
+    #[arg(long, value_name = "NAME://HOST:PORT,...")]
+    advertised_listeners: Option<String>,
+    /// Kafka's listener.security.protocol.map, for listeners not named after a protocol
+    #[arg(long, value_name = "NAME:PROTOCOL,...")]
+    listener_security_protocol_map: Option<String>,
+    /// Kafka's inter.broker.listener.name [default: PLAINTEXT if listed, else the first]
+    #[arg(long, value_name = "NAME")]
+    inter_broker_listener_name: Option<String>,
     /// Directory for partitions and metadata [default: ./data]
     #[arg(long, value_name = "PATH")]
     data_dir: Option<PathBuf>,
@@ -117,6 +129,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         listen: args.listen,
         advertised_listener: args.advertised_listener,
+        listeners: args.listeners,
+        advertised_listeners: args.advertised_listeners,
+        listener_security_protocol_map: args.listener_security_protocol_map,
+        inter_broker_listener_name: args.inter_broker_listener_name,
         data_dir: args.data_dir,
         shards: args.shards,
         node_id: args.node_id,
@@ -127,7 +143,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics_listen: args.metrics_listen,
     };
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
-    let listen = config.listen.clone();
+    let listeners = config.listeners()?.bound_text();
     let data_dir = config.data_dir.clone();
     // Block the signals before any executor thread exists, so they are delivered here only.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -136,7 +152,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ])
     .context("installing signal handlers")?;
     let broker = strata::broker::start(config).context("starting the broker")?;
-    tracing::info!(%listen, data_dir = %data_dir.display(), "strata is serving");
+    tracing::info!(%listeners, data_dir = %data_dir.display(), "strata is serving");
     if let Some(signal) = signals.forever().next() {
         tracing::info!(signal, "stopping");
     }

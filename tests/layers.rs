@@ -42,9 +42,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // Syslog/RELP/HTTP ingestion parsers and record mapping: sans-IO.
     ("ingest", &["limits", "protocol"]),
+    // Listeners, sessions and principals: sans-IO.
+    ("security", &["limits", "clock", "protocol"]),
     (
         "config",
-        &["limits", "protocol", "storage", "group", "ingest"],
+        &[
+            "limits", "protocol", "storage", "group", "ingest", "security",
+        ],
     ),
     // The controller decides on the catalog alone: it knows no files (config's log settings
     // reach it as validated strings).
@@ -67,6 +71,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "cluster",
             "ingest",
             "metrics",
+            "security",
         ],
     ),
     (
@@ -85,13 +90,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "shard",
             "ingest",
             "metrics",
+            "security",
         ],
     ),
     (
         "broker",
         &[
             "limits", "clock", "alloc", "protocol", "storage", "config", "cluster", "shard",
-            "server", "ingest",
+            "server", "ingest", "security",
         ],
     ),
     ("client", &["limits", "clock", "protocol"]),

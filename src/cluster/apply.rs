@@ -17,6 +17,7 @@ impl Catalog {
                 node_id,
                 host,
                 port,
+                listeners,
                 rack,
                 shards,
             } => {
@@ -27,6 +28,7 @@ impl Catalog {
                         node_id: *node_id,
                         host: host.clone(),
                         port: *port,
+                        listeners: listeners.clone(),
                         rack: rack.clone(),
                         shards: *shards,
                         fenced: true,

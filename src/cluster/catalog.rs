@@ -66,12 +66,28 @@ impl PartitionMeta {
     }
 }
 
+/// One advertised listener of a broker (RegisterBrokerRecord's endpoints).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    /// The listener's name, upper-cased (`PLAINTEXT`, `CLIENT`, ...).
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+    /// Kafka's security protocol id: 0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL.
+    pub security_protocol: i16,
+}
+
 /// A registered broker, as the controller records it (RegisterBrokerRecord).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BrokerMeta {
     pub node_id: i32,
+    /// The inter-broker listener's advertised address: where other brokers reach this one.
     pub host: String,
     pub port: i32,
+    /// Every advertised listener. Empty for a broker registered before listeners existed,
+    /// which had one, at `host:port`.
+    #[serde(default)]
+    pub listeners: Vec<BrokerEndpoint>,
     #[serde(default)]
     pub rack: Option<String>,
     /// Shards (cores) the broker runs; partitions are placed on them.
@@ -119,6 +135,21 @@ pub struct Catalog {
     /// v13+ (which names topics by id) resolves them without scanning every topic.
     #[serde(skip)]
     ids: std::collections::HashMap<u128, String>,
+}
+
+impl BrokerMeta {
+    /// The broker's address on the listener `name`, as Metadata answers a client that came
+    /// in on that listener; `None` when the broker has no such listener (Kafka leaves such
+    /// a broker out of the answer).
+    pub fn endpoint(&self, name: &str) -> Option<(&str, i32)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 impl Catalog {

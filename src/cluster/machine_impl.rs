@@ -196,6 +196,7 @@ mod tests {
                     node_id,
                     host: "localhost".into(),
                     port: 9090 + node_id,
+                    listeners: Vec::new(),
                     rack: None,
                     shards: 2,
                 },

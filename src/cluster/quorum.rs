@@ -143,6 +143,7 @@ impl Quorum {
         self: &Arc<Self>,
         host: String,
         port: i32,
+        listeners: Vec<crate::cluster::catalog::BrokerEndpoint>,
         rack: Option<String>,
         shards: u32,
         interval: Duration,
@@ -152,6 +153,7 @@ impl Quorum {
                 node_id: self.node_id,
                 host: host.clone(),
                 port,
+                listeners: listeners.clone(),
                 rack: rack.clone(),
                 shards,
             }) {

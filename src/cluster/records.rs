@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::cluster::catalog::PartitionMeta;
+use crate::cluster::catalog::{BrokerEndpoint, PartitionMeta};
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -30,6 +30,9 @@ pub enum MetadataRecord {
         node_id: i32,
         host: String,
         port: i32,
+        /// Every advertised listener (absent from records written before listeners).
+        #[serde(default)]
+        listeners: Vec<BrokerEndpoint>,
         rack: Option<String>,
         shards: u32,
     },
@@ -121,6 +124,12 @@ mod tests {
                 node_id: 1,
                 host: "h".into(),
                 port: 9092,
+                listeners: vec![BrokerEndpoint {
+                    name: "CLIENT".into(),
+                    host: "h".into(),
+                    port: 9093,
+                    security_protocol: 3,
+                }],
                 rack: Some("r1".into()),
                 shards: 4,
             },

@@ -39,6 +39,7 @@ use crate::limits::{
     CONNECTION_READ_CHUNK_MAX, CONNECTION_READ_CHUNK_MIN, CONNECTION_READ_HEADER_BYTES,
 };
 use crate::protocol::frame::{check_size, FrameError};
+use crate::security::Session;
 use crate::shard::ShardCtx;
 use crate::storage::{Charge, MemoryClass};
 
@@ -79,19 +80,50 @@ impl Activity {
     }
 }
 
+/// Serves a plaintext connection: responses go to the socket with `sendmsg`, straight from
+/// their buffers (`vectored`).
 pub async fn serve(
     ctx: &Rc<ShardCtx>,
     stream: glommio::net::TcpStream,
+    session: Session,
 ) -> Result<(), ConnectionError> {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    let config = &ctx.shared.config;
     // No progress writing a response for this long fails the write (glommio's write
     // timeout is re-armed whenever the socket accepts bytes).
-    let _ = stream.set_write_timeout(Some(Duration::from_millis(config.request_timeout_ms)));
+    set_write_timeout(ctx, &stream);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    serve_stream(ctx, stream, Some(fd), session).await
+}
+
+/// Serves a connection whose TLS handshake is done: responses are encrypted by rustls, so
+/// they go through the stream's own (vectored) writes, flushed once per response.
+pub async fn serve_tls(
+    ctx: &Rc<ShardCtx>,
+    stream: futures_rustls::server::TlsStream<glommio::net::TcpStream>,
+    session: Session,
+) -> Result<(), ConnectionError> {
+    serve_stream(ctx, stream, None, session).await
+}
+
+/// Arms the socket's write timeout: no progress writing for `request_timeout_ms` fails the
+/// write.
+pub fn set_write_timeout(ctx: &ShardCtx, stream: &glommio::net::TcpStream) {
+    let timeout = Duration::from_millis(ctx.shared.config.request_timeout_ms);
+    let _ = stream.set_write_timeout(Some(timeout));
+}
+
+/// `raw_fd` is the socket to write responses to directly (plaintext), `None` to write them
+/// through `stream` (TLS).
+async fn serve_stream<S>(
+    ctx: &Rc<ShardCtx>,
+    stream: S,
+    raw_fd: Option<std::os::fd::RawFd>,
+    session: Session,
+) -> Result<(), ConnectionError>
+where
+    S: futures::AsyncRead + futures::AsyncWrite + Unpin,
+{
+    let peer = session.peer.clone();
+    let config = &ctx.shared.config;
     let (mut reader, mut writer) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Queued>(config.connection_requests_in_flight_max);
     let activity = Activity {
@@ -109,7 +141,15 @@ pub async fn serve(
                     // Already held: counted (not waited for) until written.
                     let len = chunks.iter().map(|c| c.len()).sum();
                     let _response = ctx.budget.charge_forced(MemoryClass::Responses, len);
-                    super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?;
+                    match raw_fd {
+                        Some(fd) => {
+                            super::vectored::write_all_vectored(&mut writer, fd, &chunks).await?
+                        }
+                        None => {
+                            super::vectored::write_all_through(&mut writer, &chunks).await?;
+                            writer.flush().await?;
+                        }
+                    }
                 }
                 Ok(None) => {}
                 // The client waits for this correlation id: closing the connection tells it
@@ -133,6 +173,8 @@ pub async fn serve(
 
     let reading = pin!(async {
         let tx = tx;
+        // Only the reader dispatches, one request at a time: it owns the session.
+        let mut session = session;
         let mut buf = BytesMut::new();
         loop {
             let (frame, request_bytes) = match read_frame(ctx, &mut reader, &mut buf, &activity)
@@ -149,7 +191,7 @@ pub async fn serve(
                 .get(..2)
                 .and_then(|b| <[u8; 2]>::try_from(b).ok())
                 .map_or(-1, i16::from_be_bytes);
-            let pending = match dispatch::dispatch(ctx, frame, &peer).await {
+            let pending = match dispatch::dispatch(ctx, frame, &mut session).await {
                 Ok(p) => p,
                 Err(e) => {
                     crate::metrics::with(|m| m.request_refused(api_key));

@@ -16,6 +16,7 @@ use tracing::debug;
 use super::handlers;
 use crate::protocol::api_versions;
 use crate::protocol::frame::{decode_body, encode_response, parse_request, FrameError, RawRequest};
+use crate::security::Session;
 use crate::shard::ShardCtx;
 
 /// A response that may still be in the making. `Ok(None)` means "send nothing" (acks=0); an
@@ -41,7 +42,6 @@ fn respond<T: kafka_protocol::protocol::Encodable>(
     Ok(ready(Some(vec![frame.freeze()])))
 }
 
-/// `peer` is the client's address (reported as a group member's host).
 /// A response computed by `fut`, encoded when it is ready.
 fn deferred<T, F>(raw: &RawRequest, fut: F) -> Result<PendingResponse, FrameError>
 where
@@ -62,10 +62,12 @@ where
     .boxed_local())
 }
 
+/// Serves one request of the connection whose security context is `session` (its listener
+/// decides the addresses Metadata answers; its principal is who the request acts as).
 pub async fn dispatch(
     ctx: &Rc<ShardCtx>,
     frame: Bytes,
-    peer: &str,
+    session: &mut Session,
 ) -> Result<PendingResponse, FrameError> {
     let raw = parse_request(frame)?;
     let version = raw.header.request_api_version;
@@ -83,7 +85,10 @@ pub async fn dispatch(
     match raw.api {
         ApiKey::Metadata => {
             let req: MetadataRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::metadata::handle(ctx, version, req).await)
+            respond(
+                &raw,
+                &handlers::metadata::handle(ctx, version, req, &session.listener).await,
+            )
         }
         ApiKey::Produce => {
             let req: ProduceRequest = decode_body(&raw)?;
@@ -226,7 +231,10 @@ pub async fn dispatch(
         }
         ApiKey::DescribeCluster => {
             let req: DescribeClusterRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::describe_cluster::handle(ctx, version, req))
+            respond(
+                &raw,
+                &handlers::describe_cluster::handle(ctx, version, req, &session.listener),
+            )
         }
         ApiKey::DescribeTopicPartitions => {
             let req: DescribeTopicPartitionsRequest = decode_body(&raw)?;
@@ -259,7 +267,7 @@ pub async fn dispatch(
             let req: FindCoordinatorRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::find_coordinator::handle(ctx, version, req).await,
+                &handlers::find_coordinator::handle(ctx, version, req, &session.listener).await,
             )
         }
         ApiKey::JoinGroup => {
@@ -270,7 +278,7 @@ pub async fn dispatch(
                 .as_ref()
                 .map(|s| s.to_string())
                 .unwrap_or_default();
-            let (ctx, peer) = (ctx.clone(), peer.to_string());
+            let (ctx, peer) = (ctx.clone(), session.peer.clone());
             deferred(&raw, async move {
                 handlers::join_group::handle(&ctx, version, &client_id, &peer, req).await
             })

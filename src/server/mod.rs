@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::limits::CONNECTION_REFUSED_LOG_INTERVAL_MS;
+use crate::security::{Endpoint, Session};
 use crate::shard::ShardCtx;
 
-/// Accepts connections on this shard's listener (every shard binds the same port with
-/// SO_REUSEPORT; the kernel spreads connections between them). A connection past
+/// Accepts connections on this shard's socket of one listener (every shard binds the same
+/// port with SO_REUSEPORT; the kernel spreads connections between them). Each connection
+/// gets a `Session` naming the listener and its security protocol. A connection past
 /// `max_connections` or `max_connections_per_ip` is accepted and closed at once — the client
 /// sees a clean close rather than a SYN left unanswered — and logged, rate-limited.
 ///
@@ -29,17 +31,19 @@ use crate::shard::ShardCtx;
 pub async fn accept_loop(
     ctx: Rc<ShardCtx>,
     listener: glommio::net::TcpListener,
+    endpoint: Endpoint,
     admission: Arc<admission::Admission>,
 ) {
     let mut refusals = RefusalLog::default();
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                let ip = match stream.peer_addr() {
-                    Ok(addr) => addr.ip(),
+                let peer = match stream.peer_addr() {
+                    Ok(addr) => addr,
                     // The peer is already gone.
                     Err(_) => continue,
                 };
+                let ip = peer.ip();
                 let slot = match admission.admit(ip) {
                     Ok(slot) => slot,
                     Err(refusal) => {
@@ -53,8 +57,10 @@ pub async fn accept_loop(
                 crate::metrics::with(|m| m.connection_accepted());
                 let ctx = ctx.clone();
                 ctx.connections.set(ctx.connections.get() + 1);
+                let session =
+                    Session::new(&endpoint.name, endpoint.security_protocol, peer.to_string());
                 glommio::spawn_local(async move {
-                    if let Err(e) = connection::serve(&ctx, stream).await {
+                    if let Err(e) = connection::serve(&ctx, stream, session).await {
                         debug!(shard = ctx.id, "connection closed: {e}");
                     }
                     drop(slot);

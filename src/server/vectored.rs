@@ -66,6 +66,59 @@ pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Writes every byte of `chunks`, in order, through `writer`'s own vectored writes: for a
+/// stream that transforms what it writes (TLS), where the socket cannot be written directly.
+/// The writer may keep bytes buffered: flush it after.
+pub async fn write_all_through<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    chunks: &[Bytes],
+) -> io::Result<()> {
+    let mut index = 0;
+    let mut offset = 0;
+    while index < chunks.len() {
+        let mut slices: Vec<io::IoSlice<'_>> =
+            Vec::with_capacity((chunks.len() - index).min(IOVECS_PER_SEND_MAX));
+        for (i, c) in chunks
+            .iter()
+            .enumerate()
+            .skip(index)
+            .take(IOVECS_PER_SEND_MAX)
+        {
+            let start = if i == index { offset } else { 0 };
+            if let Some(part) = c.get(start..).filter(|p| !p.is_empty()) {
+                slices.push(io::IoSlice::new(part));
+            }
+        }
+        if slices.is_empty() {
+            break;
+        }
+        let n = writer.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        // Advance (index, offset) by `n` bytes.
+        let mut left = n;
+        while left > 0 {
+            let Some(c) = chunks.get(index) else { break };
+            let here = c.len() - offset;
+            if left >= here {
+                left -= here;
+                index += 1;
+                offset = 0;
+            } else {
+                offset += left;
+                left = 0;
+            }
+        }
+        // Skip empty chunks so the loop ends when only they remain.
+        while chunks.get(index).is_some_and(|c| c.len() <= offset) {
+            index += 1;
+            offset = 0;
+        }
+    }
+    Ok(())
+}
+
 /// One non-blocking `sendmsg` of the buffers from (`index`, `offset`) on.
 fn send_dontwait(fd: RawFd, chunks: &[Bytes], index: usize, offset: usize) -> io::Result<usize> {
     let mut iovecs: Vec<libc::iovec> =

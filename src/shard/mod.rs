@@ -53,6 +53,8 @@ pub(crate) async fn until<T>(
 /// State every shard shares (read-only or lock-free).
 pub struct Shared {
     pub config: Config,
+    /// The listeners, resolved from `config` once at start.
+    pub listeners: crate::security::Listeners,
     pub nr_shards: usize,
     /// The latest metadata image, published by the metadata log's thread.
     pub catalog: Arc<CatalogStore>,
@@ -68,6 +70,16 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Where this broker reaches broker `b` (replica fetches, transaction markers): its
+    /// address on the inter-broker listener, as Kafka's `inter.broker.listener.name`.
+    pub fn peer_address(&self, b: &crate::cluster::catalog::BrokerMeta) -> Option<String> {
+        b.endpoint(&self.listeners.inter_broker)
+            .map(|(host, port)| match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            })
+    }
+
     pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
         self.config.data_dir.join(format!("{topic}-{partition}"))
     }

@@ -534,7 +534,12 @@ async fn remote_markers(
             .brokers
             .get(&broker)
             .ok_or_else(|| format!("broker {broker} unknown"))?;
-        format!("{}:{}", b.host, b.port)
+        ctx.shared.peer_address(b).ok_or_else(|| {
+            format!(
+                "broker {broker} has no listener {}",
+                ctx.shared.listeners.inter_broker
+            )
+        })?
     };
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for tp in tps {

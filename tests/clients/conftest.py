@@ -19,8 +19,9 @@ def broker_factory(tmp_path):
     made: list[Broker] = []
 
     def make(data_dir: Path | None = None, port: int | None = None, start: bool = True,
-             shards: int = 2) -> Broker:
-        b = Broker(data_dir or tmp_path / f"data{len(made)}", tmp_path / "logs", port=port, shards=shards)
+             shards: int = 2, extra_args: list[str] | None = None) -> Broker:
+        b = Broker(data_dir or tmp_path / f"data{len(made)}", tmp_path / "logs", port=port, shards=shards,
+                   extra_args=extra_args)
         made.append(b)
         return b.start() if start else b
 

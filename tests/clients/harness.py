@@ -57,8 +57,13 @@ def free_port() -> int:
 class Broker:
     """One broker process bound to 127.0.0.1:port with its own data dir and stderr log file."""
 
-    def __init__(self, data_dir: Path, log_dir: Path, port: int | None = None, shards: int = 2):
+    def __init__(self, data_dir: Path, log_dir: Path, port: int | None = None, shards: int = 2,
+                 extra_args: list[str] | None = None):
         self.kind = broker_kind()
+        # More `strata serve` flags. With --listeners, --listen/--advertised-listener are left
+        # out (`listeners` replaces them); `port` must then be a PLAINTEXT listener's, the one
+        # readiness is probed on.
+        self.extra_args = list(extra_args or [])
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
         self.port = port or free_port()
@@ -86,12 +91,16 @@ class Broker:
                 "--advertised-listener-url", f"tcp://{addr}",
                 "--storage-engine", "memory://tansu/",
             ]
-        return [
-            str(strata_bin()), "serve",
+        listen = [] if "--listeners" in self.extra_args else [
             "--listen", addr,
             "--advertised-listener", addr,
+        ]
+        return [
+            str(strata_bin()), "serve",
+            *listen,
             "--data-dir", str(self.data_dir),
             "--shards", str(self.shards),
+            *self.extra_args,
         ]
 
     @property

@@ -19,6 +19,7 @@ impl Controller {
         node_id: i32,
         host: String,
         port: i32,
+        listeners: Vec<crate::cluster::catalog::BrokerEndpoint>,
         rack: Option<String>,
         shards: u32,
         now_ms: u64,
@@ -37,6 +38,7 @@ impl Controller {
             node_id,
             host,
             port,
+            listeners,
             rack,
             shards,
         });

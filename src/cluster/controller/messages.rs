@@ -56,6 +56,9 @@ pub enum ControllerRequest {
         node_id: i32,
         host: String,
         port: i32,
+        /// Every advertised listener; `host:port` is the inter-broker one.
+        #[serde(default)]
+        listeners: Vec<crate::cluster::catalog::BrokerEndpoint>,
         rack: Option<String>,
         shards: u32,
     },

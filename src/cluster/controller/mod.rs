@@ -309,11 +309,13 @@ impl Controller {
                 node_id,
                 host,
                 port,
+                listeners,
                 rack,
                 shards,
             } => {
-                let status =
-                    self.register_broker(&mut batch, node_id, host, port, rack, shards, now_ms);
+                let status = self.register_broker(
+                    &mut batch, node_id, host, port, listeners, rack, shards, now_ms,
+                );
                 ControllerResponse::RegisterBroker { status }
             }
             ControllerRequest::BrokerHeartbeat { node_id } => {

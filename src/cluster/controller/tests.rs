@@ -56,6 +56,7 @@ impl Sim {
                 node_id: *node_id,
                 host: "localhost".into(),
                 port: 9000 + node_id,
+                listeners: Vec::new(),
                 rack: rack.map(str::to_string),
                 shards: 2,
             });
@@ -671,6 +672,7 @@ fn re_registration_fences() {
         node_id: 1,
         host: "elsewhere".into(),
         port: 9999,
+        listeners: Vec::new(),
         rack: None,
         shards: 4,
     });
@@ -893,6 +895,7 @@ fn cancel_refused_when_only_new_replicas_are_in_sync() {
         node_id: 1,
         host: "h".into(),
         port: 1,
+        listeners: Vec::new(),
         rack: None,
         shards: 2,
     });
@@ -1026,6 +1029,7 @@ proptest::proptest! {
                         node_id: n,
                         host: "h".into(),
                         port: 1,
+                        listeners: Vec::new(),
                         rack: None,
                         shards: 2,
                     });

@@ -1,4 +1,5 @@
-//! DescribeCluster: the live brokers and the active controller.
+//! DescribeCluster: the live brokers (their addresses on the request's listener) and the
+//! active controller.
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -15,16 +16,20 @@ pub fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
     req: DescribeClusterRequest,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let catalog = ctx.shared.catalog.load();
     let brokers = catalog
         .live_brokers()
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port)
-                .with_rack(b.rack.as_deref().map(str_bytes))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(host))
+                    .with_port(port)
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
+            )
         })
         .collect();
     let controller = catalog.controller_for_clients(ctx.shared.quorum.active_controller());

@@ -182,6 +182,7 @@ mod tests {
                 node_id: 0,
                 host: "127.0.0.1".into(),
                 port: 9092,
+                listeners: Vec::new(),
                 rack: None,
                 shards: 1,
                 fenced: false,

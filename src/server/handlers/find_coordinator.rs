@@ -18,10 +18,12 @@ use crate::shard::{txns, ShardCtx};
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
+/// The coordinator's address is its address on `listener`, the request's listener.
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
     req: FindCoordinatorRequest,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     // Kafka creates the offsets topic on the first FindCoordinator.
     // Kafka creates the transaction state topic on the first FindCoordinator for an id.
@@ -41,7 +43,8 @@ pub async fn handle(
         let leader = node
             .map(|(_, leader)| leader)
             .and_then(|l| catalog.brokers.get(&l))
-            .filter(|b| !b.fenced);
+            .filter(|b| !b.fenced)
+            .and_then(|b| Some((b.node_id, b.endpoint(listener)?)));
         let known_type = req.key_type == KEY_TYPE_GROUP || req.key_type == KEY_TYPE_TRANSACTION;
         let error = if !known_type || key.is_empty() {
             Some(ErrorCode::InvalidRequest)
@@ -53,11 +56,11 @@ pub async fn handle(
             None
         };
         match (error, leader) {
-            (None, Some(b)) => Coordinator::default()
+            (None, Some((node_id, (host, port)))) => Coordinator::default()
                 .with_key(key.clone())
-                .with_node_id(BrokerId(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port),
+                .with_node_id(BrokerId(node_id))
+                .with_host(str_bytes(host))
+                .with_port(port),
             (e, _) => Coordinator::default()
                 .with_key(key.clone())
                 .with_node_id(BrokerId(-1))

@@ -16,19 +16,29 @@ use crate::shard::ShardCtx;
 /// Kafka's "authorized operations not requested" marker.
 pub(super) const OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, version: i16, req: MetadataRequest) -> MetadataResponse {
+/// `listener` is the name of the listener the request came in on: brokers are answered with
+/// their address on it, as Kafka does, and a broker without it is left out.
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    version: i16,
+    req: MetadataRequest,
+    listener: &str,
+) -> MetadataResponse {
     let config = &ctx.shared.config;
     let catalog = ctx.shared.catalog.load();
     // Live (unfenced) brokers only, as KRaft does: clients must not be sent to a broker the
     // controller has fenced.
     let brokers = catalog
         .live_brokers()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port)
-                .with_rack(b.rack.as_deref().map(str_bytes))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(host))
+                    .with_port(port)
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
+            )
         })
         .collect();
     let controller = catalog.controller_for_clients(ctx.shared.quorum.active_controller());

@@ -229,11 +229,14 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
         }
         if conn.is_none() {
             let catalog = ctx.shared.catalog.load();
-            let Some(b) = catalog.brokers.get(&leader.get()) else {
+            let Some(addr) = catalog
+                .brokers
+                .get(&leader.get())
+                .and_then(|b| ctx.shared.peer_address(b))
+            else {
                 glommio::timer::sleep(backoff).await;
                 continue;
             };
-            let addr = format!("{}:{}", b.host, b.port);
             match PeerConnection::connect(
                 &addr,
                 &format!("strata-replica-{me}"),

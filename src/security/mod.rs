@@ -1,0 +1,11 @@
+//! Security, sans-IO: Kafka's listeners and security protocols, the per-connection
+//! `Session` (listener, principal, authentication state), and the parsing that the TLS and
+//! SASL layers above build on. Nothing here touches a socket or the executor: the server
+//! layer owns the connections and hands these types around.
+pub mod listener;
+pub mod principal;
+pub mod session;
+
+pub use listener::{Endpoint, ListenerError, ListenerSettings, Listeners, SecurityProtocol};
+pub use principal::{PrincipalError, PrincipalMapper};
+pub use session::{Authentication, KafkaPrincipal, Session};
