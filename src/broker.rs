@@ -32,6 +32,8 @@ pub enum StartError {
     Cluster(#[from] crate::cluster::quorum::QuorumError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error("TLS settings: {message}")]
+    Tls { message: String },
     #[error("cannot start shard {shard}: {message}")]
     Executor { shard: usize, message: String },
 }
@@ -112,6 +114,8 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         });
     }
     let listeners = config.listeners()?;
+    // A missing or bad certificate fails the start here, not on the first TLS client.
+    crate::server::tls::check(&config).map_err(|message| StartError::Tls { message })?;
     // `host:port` of the registration is the inter-broker endpoint (what other brokers
     // dial); every advertised listener goes with it, for Metadata on each listener.
     let (host, port) = listeners
@@ -238,6 +242,14 @@ async fn shard_main(
     crate::shard::replica::apply_metadata(&ctx).await;
     crate::shard::groups::wait_loaded(&ctx, Duration::from_secs(GROUP_LOAD_WAIT_SECS)).await;
 
+    // The TLS settings were checked at start; a file changed since fails this shard's start.
+    let tls = match crate::server::tls::TlsContext::new(&shared.config) {
+        Ok(t) => t.map(Rc::new),
+        Err(e) => {
+            let _ = ready_tx.send(Err(format!("TLS: {e}")));
+            return;
+        }
+    };
     // Every shard binds every listener (SO_REUSEPORT); the kernel spreads the connections.
     let mut kafka_listeners = Vec::with_capacity(shared.listeners.bound.len());
     for endpoint in &shared.listeners.bound {
@@ -291,6 +303,7 @@ async fn shard_main(
                 listener,
                 endpoint,
                 admission.clone(),
+                tls.clone(),
             ))
             .detach()
         })

@@ -56,6 +56,19 @@ pub struct Config {
     /// Kafka's inter.broker.listener.name: the listener brokers reach each other on; empty
     /// means PLAINTEXT if there is one, else the first listener.
     pub inter_broker_listener_name: String,
+    /// Kafka's ssl.keystore.location, as PEM: the server certificate then its chain. Needed
+    /// by SSL and SASL_SSL listeners; re-read when it changes.
+    pub ssl_certificate_location: String,
+    /// The server certificate's private key, PEM (PKCS#8).
+    pub ssl_key_location: String,
+    /// Kafka's ssl.client.auth: none, requested or required.
+    pub ssl_client_auth: String,
+    /// Kafka's ssl.truststore.location, as PEM: the CAs client certificates are checked
+    /// against (needed when ssl_client_auth is requested or required).
+    pub ssl_truststore_location: String,
+    /// Kafka's ssl.principal.mapping.rules: `DEFAULT` (the certificate's subject, e.g.
+    /// `CN=client,O=test`) and `RULE:pattern/replacement/[LU]`, the first that applies wins.
+    pub ssl_principal_mapping_rules: String,
     /// Where partitions and metadata live.
     pub data_dir: PathBuf,
     /// Number of shards (one executor pinned per core); 0 means every available core.
@@ -256,6 +269,11 @@ impl Default for Config {
             advertised_listeners: String::new(),
             listener_security_protocol_map: String::new(),
             inter_broker_listener_name: String::new(),
+            ssl_certificate_location: String::new(),
+            ssl_key_location: String::new(),
+            ssl_client_auth: "none".into(),
+            ssl_truststore_location: String::new(),
+            ssl_principal_mapping_rules: "DEFAULT".into(),
             data_dir: PathBuf::from("./data"),
             shards: 0,
             node_id: 0,
@@ -639,6 +657,32 @@ impl Config {
                 "a broker-only node must be told where the controllers are".into(),
             ));
         }
+        if listeners
+            .bound
+            .iter()
+            .any(|l| l.security_protocol.uses_tls())
+        {
+            for (key, value) in [
+                ("ssl_certificate_location", &self.ssl_certificate_location),
+                ("ssl_key_location", &self.ssl_key_location),
+            ] {
+                if value.is_empty() {
+                    return Err(invalid(key, "needed by the TLS listeners".into()));
+                }
+            }
+        }
+        let client_auth = crate::security::tls::ClientAuth::parse(&self.ssl_client_auth)
+            .map_err(|e| invalid("ssl_client_auth", e.to_string()))?;
+        if client_auth != crate::security::tls::ClientAuth::None
+            && self.ssl_truststore_location.is_empty()
+        {
+            return Err(invalid(
+                "ssl_truststore_location",
+                "needed to check client certificates (ssl_client_auth)".into(),
+            ));
+        }
+        crate::security::PrincipalMapper::parse(&self.ssl_principal_mapping_rules)
+            .map_err(|e| invalid("ssl_principal_mapping_rules", e.to_string()))?;
         // Brokers reach each other on the inter-broker listener with a plaintext client
         // (`shard::peer`); until that client speaks TLS and SASL, a cluster needs that
         // listener to be PLAINTEXT. A single node has no peers, whatever its listeners.

@@ -73,6 +73,15 @@ pub const CONNECTION_READ_CHUNK_MAX: usize = 8 * 1024 * 1024;
 /// next line), so a flood of connections cannot flood the log.
 pub const CONNECTION_REFUSED_LOG_INTERVAL_MS: u64 = 1_000;
 
+/// How often, at most, a shard looks at its TLS files' modification times (on an accept) to
+/// reload changed certificates.
+pub const TLS_RELOAD_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// A TLS handshake not done in this long closes the connection: a client that connects and
+/// sends nothing (or a cleartext client waiting for the server to speak) holds no socket for
+/// longer.
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
 const _: () = assert!(CONNECTION_READ_HEADER_BYTES >= 4);
 const _: () = assert!(CONNECTION_READ_CHUNK_MIN <= CONNECTION_READ_CHUNK_MAX);
 const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);

@@ -5,6 +5,7 @@
 pub mod listener;
 pub mod principal;
 pub mod session;
+pub mod tls;
 
 pub use listener::{Endpoint, ListenerError, ListenerSettings, Listeners, SecurityProtocol};
 pub use principal::{PrincipalError, PrincipalMapper};

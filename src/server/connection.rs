@@ -61,6 +61,8 @@ pub enum ConnectionError {
     },
     #[error("idle for connections_max_idle_ms ({idle_ms} ms)")]
     Idle { idle_ms: u64 },
+    #[error("a TLS client on a plaintext listener (its first bytes are a TLS handshake, not a Kafka request)")]
+    TlsOnPlaintext,
 }
 
 /// A request handed to the writer: its response, the request bytes it holds in the shard's
@@ -182,6 +184,10 @@ where
             {
                 Ok(f) => f,
                 Err(ConnectionError::Closed) | Err(ConnectionError::ShuttingDown) => return Ok(()),
+                Err(e @ ConnectionError::TlsOnPlaintext) => {
+                    warn!(%peer, listener = %session.listener, "closing connection: {e}");
+                    return Err(e);
+                }
                 Err(e) => return Err(e),
             };
             activity.touch();
@@ -308,7 +314,15 @@ async fn read_rest_of_frame<R: futures::AsyncRead + Unpin>(
         .get(..4)
         .and_then(|p| p.try_into().ok())
         .ok_or(ConnectionError::Closed)?;
-    let size = check_size(i32::from_be_bytes(prefix), max)?;
+    let size = match check_size(i32::from_be_bytes(prefix), max) {
+        Ok(size) => size,
+        // A TLS record header (handshake 0x16, version 0x03 0x0N) read as a size is ~370 MB:
+        // say what it is rather than "too large".
+        Err(_) if prefix[0] == 0x16 && prefix[1] == 0x03 => {
+            return Err(ConnectionError::TlsOnPlaintext)
+        }
+        Err(e) => return Err(e.into()),
+    };
     // The bytes of this frame already read came with the size prefix; count them first.
     let mut held = ctx
         .budget

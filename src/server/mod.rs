@@ -8,6 +8,7 @@ pub mod handlers;
 pub mod ingest;
 pub mod metrics_http;
 pub mod route;
+pub mod tls;
 pub mod vectored;
 
 use std::rc::Rc;
@@ -33,7 +34,18 @@ pub async fn accept_loop(
     listener: glommio::net::TcpListener,
     endpoint: Endpoint,
     admission: Arc<admission::Admission>,
+    tls: Option<Rc<tls::TlsContext>>,
 ) {
+    // A TLS listener always has the shard's TLS context (start fails without it); the
+    // check keeps a connection from ever being served in cleartext by mistake.
+    let tls = match (endpoint.security_protocol.uses_tls(), tls) {
+        (false, _) => None,
+        (true, Some(tls)) => Some(tls),
+        (true, None) => {
+            warn!(shard = ctx.id, listener = %endpoint.name, "TLS listener without TLS settings: not accepting");
+            return;
+        }
+    };
     let mut refusals = RefusalLog::default();
     loop {
         match listener.accept().await {
@@ -59,8 +71,16 @@ pub async fn accept_loop(
                 ctx.connections.set(ctx.connections.get() + 1);
                 let session =
                     Session::new(&endpoint.name, endpoint.security_protocol, peer.to_string());
+                // The acceptor is taken now, so a certificate reload is checked on accepts.
+                let tls = tls.as_ref().map(|t| (t.clone(), t.acceptor(ctx.id)));
                 glommio::spawn_local(async move {
-                    if let Err(e) = connection::serve(&ctx, stream, session).await {
+                    let served = match tls {
+                        None => connection::serve(&ctx, stream, session).await,
+                        Some((tls, acceptor)) => {
+                            tls::serve(&ctx, &tls, acceptor, stream, session).await
+                        }
+                    };
+                    if let Err(e) = served {
                         debug!(shard = ctx.id, "connection closed: {e}");
                     }
                     drop(slot);

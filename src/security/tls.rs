@@ -1,0 +1,124 @@
+//! TLS settings turned into a rustls server configuration, from PEM bytes: the certificate
+//! then its chain, the private key (PKCS#8; PKCS#1 and SEC1 are taken too), and for client
+//! authentication a CA bundle. Sans-IO: the caller reads the files (and watches them for
+//! changes); this only parses and builds, so a bad file is an error the caller can log
+//! while it keeps the configuration it had.
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TlsError {
+    #[error("ssl_certificate_location: {0}")]
+    Certificate(String),
+    #[error("ssl_key_location: {0}")]
+    Key(String),
+    #[error("ssl_truststore_location: {0}")]
+    Truststore(String),
+    #[error("ssl_client_auth: {0:?} is not none, requested or required")]
+    ClientAuth(String),
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+/// Kafka's `ssl.client.auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificate is asked for.
+    None,
+    /// Asked for; a client without one is served as `User:ANONYMOUS`.
+    Requested,
+    /// A client without a certificate the trust store vouches for is refused.
+    Required,
+}
+
+impl ClientAuth {
+    pub fn parse(text: &str) -> Result<ClientAuth, TlsError> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "" | "none" => Ok(ClientAuth::None),
+            "requested" => Ok(ClientAuth::Requested),
+            "required" => Ok(ClientAuth::Required),
+            _ => Err(TlsError::ClientAuth(text.to_string())),
+        }
+    }
+}
+
+/// The PEM contents a server configuration is built from.
+#[derive(Debug, Clone)]
+pub struct TlsMaterial {
+    pub certificate_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    /// CA bundle for client certificates; needed when client auth is on.
+    pub truststore_pem: Option<Vec<u8>>,
+}
+
+/// The crypto provider: ring (aws-lc-rs would need cmake to build).
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The certificates of a PEM bundle, in order.
+pub fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not PEM certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err("no certificate in the file".into());
+    }
+    Ok(certs)
+}
+
+/// The CA certificates of a PEM bundle as a root store.
+pub fn root_store(pem: &[u8]) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(pem)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("not a usable CA certificate: {e}"))?;
+    }
+    Ok(roots)
+}
+
+/// Builds the server configuration: TLS 1.2 and 1.3, the certificate chain with its key
+/// (checked to match), and the client verifier `client_auth` asks for.
+pub fn server_config(
+    material: &TlsMaterial,
+    client_auth: ClientAuth,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let chain = certificates(&material.certificate_pem).map_err(TlsError::Certificate)?;
+    let key = PrivateKeyDer::from_pem_slice(&material.key_pem)
+        .map_err(|e| TlsError::Key(format!("no PEM private key: {e}")))?;
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match client_auth {
+        ClientAuth::None => builder.with_no_client_auth(),
+        ClientAuth::Requested | ClientAuth::Required => {
+            let pem = material.truststore_pem.as_deref().ok_or_else(|| {
+                TlsError::Truststore("needed when ssl_client_auth is requested or required".into())
+            })?;
+            let roots = root_store(pem).map_err(TlsError::Truststore)?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+            let verifier = match client_auth {
+                ClientAuth::Requested => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .map_err(|e| TlsError::Truststore(e.to_string()))?,
+            )
+        }
+    };
+    // Fails when the key is not the certificate's.
+    let config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::Key(format!("does not fit the certificate: {e}")))?;
+    Ok(Arc::new(config))
+}
