@@ -103,6 +103,19 @@ pub struct Config {
     pub max_connections: usize,
     /// Kafka's max.connections.per.ip: the same, per client address.
     pub max_connections_per_ip: usize,
+    /// Kafka's sasl.enabled.mechanisms: what SaslHandshake offers on a SASL listener, from
+    /// PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, comma-separated.
+    pub sasl_enabled_mechanisms: String,
+    /// Static PLAIN users, `user:password,...` (Kafka's `user_<name>="<password>"` in the
+    /// PlainLoginModule's JAAS section): how the first admin gets in.
+    pub sasl_plain_users: String,
+    /// Kafka's connection.failed.authentication.delay.ms: a failed authentication is
+    /// answered this late, then the connection closed, to slow password guessing.
+    pub connection_failed_authentication_delay_ms: u64,
+    /// Kafka's connections.max.reauth.ms (KIP-368): an authenticated session lasts this
+    /// long; the client must re-authenticate on the same connection before it ends, or the
+    /// connection is closed at its next request. 0 = sessions never expire.
+    pub connections_max_reauth_ms: i64,
     /// Kafka's fetch.max.bytes: the most a Fetch response carries, and the most read for one
     /// partition, whatever the request asks (at least one batch is always returned, KIP-74).
     pub fetch_max_bytes: usize,
@@ -288,6 +301,10 @@ impl Default for Config {
             request_timeout_ms: 30_000,
             max_connections: 50_000,
             max_connections_per_ip: 10_000,
+            sasl_enabled_mechanisms: "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".into(),
+            sasl_plain_users: String::new(),
+            connection_failed_authentication_delay_ms: 100,
+            connections_max_reauth_ms: 0,
             fetch_max_bytes: 57_671_680,
             log_segment_bytes: 1_073_741_824,
             log_roll_ms: 604_800_000,
@@ -621,6 +638,16 @@ impl Config {
                 "max_connections and max_connections_per_ip must be at least 1".into(),
             ));
         }
+        self.sasl_mechanisms()
+            .map_err(|m| invalid("sasl_enabled_mechanisms", m))?;
+        self.plain_users()
+            .map_err(|m| invalid("sasl_plain_users", m))?;
+        if self.connections_max_reauth_ms < 0 {
+            return Err(invalid(
+                "connections_max_reauth_ms",
+                "must be 0 (off) or positive".into(),
+            ));
+        }
         if self.fetch_max_bytes < 1024 {
             return Err(invalid("fetch_max_bytes", "must be at least 1024".into()));
         }
@@ -716,6 +743,41 @@ impl Config {
     }
 
     /// The metrics listener's address, if it is on.
+    /// `sasl_enabled_mechanisms`, parsed, in the order given (SaslHandshake lists them so).
+    pub fn sasl_mechanisms(&self) -> Result<Vec<crate::security::sasl::Mechanism>, String> {
+        let mut out = Vec::new();
+        for name in self.sasl_enabled_mechanisms.split(',').map(str::trim) {
+            if name.is_empty() {
+                continue;
+            }
+            let m = crate::security::sasl::Mechanism::from_name(name).ok_or_else(|| {
+                format!("unknown SASL mechanism `{name}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+            })?;
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `sasl_plain_users`, parsed: user -> password. A password may contain ':' (the first
+    /// one separates), not ','.
+    pub fn plain_users(&self) -> Result<BTreeMap<String, String>, String> {
+        let mut out = BTreeMap::new();
+        for entry in self.sasl_plain_users.split(',').map(str::trim) {
+            if entry.is_empty() {
+                continue;
+            }
+            let (user, password) = entry
+                .split_once(':')
+                .filter(|(u, p)| !u.is_empty() && !p.is_empty())
+                // The entry is not echoed back: it holds a password.
+                .ok_or_else(|| "entries are `user:password` with neither empty".to_string())?;
+            out.insert(user.to_string(), password.to_string());
+        }
+        Ok(out)
+    }
+
     pub fn metrics_address(&self) -> Result<Option<SocketAddr>, ConfigError> {
         if self.metrics_listen.is_empty() {
             return Ok(None);

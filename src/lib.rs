@@ -12,6 +12,7 @@
 //! - [`group`]: the consumer-group coordinator as a sans-IO state machine, and its records.
 //! - [`txn`]: the transaction coordinator as a sans-IO state machine, and the records of
 //!   `__transaction_state`.
+//! - [`security`]: SASL mechanisms (PLAIN, SCRAM-SHA-256/512) as sans-IO state machines.
 //! - [`ingest`]: syslog (RFC 5424/3164, RFC 6587 framing, RELP) and HTTP produce parsers and
 //!   the record mapping, sans-IO.
 //! - [`storage`]: partition logs on disk — segments, indexes, recovery, retention, producer

@@ -82,6 +82,14 @@ pub const TLS_RELOAD_CHECK_INTERVAL_MS: u64 = 1_000;
 /// longer.
 pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 
+/// A failed SASL authentication is logged at most this often per shard (the rest are counted
+/// in the next line), so password guessing cannot flood the log.
+pub const SASL_FAILURE_LOG_INTERVAL_MS: u64 = 1_000;
+
+/// The largest SASL token the server parses. A PLAIN or SCRAM message is a few hundred bytes;
+/// this bounds what an unauthenticated client can make the broker parse.
+pub const SASL_TOKEN_BYTES_MAX: usize = 64 * 1024;
+
 const _: () = assert!(CONNECTION_READ_HEADER_BYTES >= 4);
 const _: () = assert!(CONNECTION_READ_CHUNK_MIN <= CONNECTION_READ_CHUNK_MAX);
 const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);

@@ -35,6 +35,9 @@ enum Command {
     /// Describe the producers (and their open transactions) of a partition.
     #[command(subcommand)]
     Producers(strata::cli::ProducersCommand),
+    /// Users' SCRAM credentials: set, list, delete.
+    #[command(subcommand)]
+    User(strata::cli::UserCommand),
     /// Write lines from stdin to a topic.
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
@@ -104,6 +107,7 @@ fn main() {
         Command::Cluster(cmd) => strata::cli::run_cluster(cmd),
         Command::Txn(cmd) => strata::cli::run_txn(cmd),
         Command::Producers(cmd) => strata::cli::run_producers(cmd),
+        Command::User(cmd) => strata::cli::run_user(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),

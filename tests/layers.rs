@@ -29,6 +29,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The transaction coordinator finds a group's `__consumer_offsets` partition (and hashes
     // transactional ids the same way) through group.
     ("txn", &["limits", "clock", "protocol", "group"]),
+    // SASL mechanisms (PLAIN, SCRAM): sans-IO, the crypto from RustCrypto crates.
+    ("security", &["limits"]),
     (
         "storage",
         &[
@@ -54,7 +56,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // reach it as validated strings).
     (
         "cluster",
-        &["limits", "clock", "protocol", "group", "config"],
+        &["limits", "clock", "protocol", "group", "config", "security"],
     ),
     (
         "shard",
@@ -100,8 +102,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "server", "ingest", "security",
         ],
     ),
-    ("client", &["limits", "clock", "protocol"]),
-    ("cli", &["limits", "clock", "protocol", "client", "config"]),
+    ("client", &["limits", "clock", "protocol", "security"]),
+    (
+        "cli",
+        &[
+            "limits", "clock", "protocol", "client", "config", "security",
+        ],
+    ),
     ("bench", &["limits", "clock", "protocol", "client", "cli"]),
 ];
 

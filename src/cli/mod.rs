@@ -1,5 +1,5 @@
 //! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata cluster ...`,
-//! `strata txn ...`, `strata producers ...`, `strata produce`,
+//! `strata txn ...`, `strata producers ...`, `strata user scram ...`, `strata produce`,
 //! `strata consume`.
 //!
 //! Each talks the Kafka protocol through [`crate::client`], so it works against any
@@ -13,6 +13,7 @@ pub mod log_dump;
 mod produce;
 mod topic;
 mod txn;
+mod user;
 
 use crate::client::{Client, ClientConfig, BOOTSTRAP_DEFAULT};
 
@@ -22,6 +23,7 @@ pub use group::{GroupCommand, ResetTarget};
 pub use produce::{AcksArg, CompressionArg, ProduceArgs};
 pub use topic::TopicCommand;
 pub use txn::{ProducersCommand, TxnCommand};
+pub use user::{ScramCommand, UserCommand};
 
 /// How to reach the cluster; flattened into every subcommand.
 #[derive(clap::Args, Debug, Clone)]
@@ -29,14 +31,37 @@ pub struct ConnectArgs {
     /// Broker address(es) to bootstrap from, HOST:PORT[,HOST:PORT...].
     #[arg(long, env = "STRATA_BOOTSTRAP", default_value = BOOTSTRAP_DEFAULT)]
     pub bootstrap: String,
+    /// Authenticate with SASL on a SASL_PLAINTEXT listener: PLAIN, SCRAM-SHA-256 or
+    /// SCRAM-SHA-512 (with --sasl-username and --sasl-password).
+    #[arg(long, value_name = "MECHANISM")]
+    pub sasl_mechanism: Option<String>,
+    #[arg(long, value_name = "USER")]
+    pub sasl_username: Option<String>,
+    #[arg(long, value_name = "PASSWORD")]
+    pub sasl_password: Option<String>,
 }
 
 impl ConnectArgs {
-    /// Connects to the cluster.
+    /// Connects to the cluster (authenticating first when --sasl-mechanism is given).
     pub fn connect(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect(ClientConfig::from_bootstrap(
-            &self.bootstrap,
-        )?)?)
+        let mut config = ClientConfig::from_bootstrap(&self.bootstrap)?;
+        if let Some(name) = &self.sasl_mechanism {
+            let mechanism = crate::security::sasl::Mechanism::from_name(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown SASL mechanism {name:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                )
+            })?;
+            let (Some(username), Some(password)) = (&self.sasl_username, &self.sasl_password)
+            else {
+                anyhow::bail!("--sasl-mechanism needs --sasl-username and --sasl-password");
+            };
+            config.sasl = Some(crate::client::SaslLogin {
+                mechanism,
+                username: username.clone(),
+                password: password.clone(),
+            });
+        }
+        Ok(Client::connect(config)?)
     }
 }
 
@@ -66,6 +91,10 @@ pub fn run_producers(cmd: ProducersCommand) -> anyhow::Result<()> {
 }
 
 /// Runs `strata produce`.
+pub fn run_user(cmd: UserCommand) -> anyhow::Result<()> {
+    user::run(cmd)
+}
+
 pub fn run_produce(args: ProduceArgs) -> anyhow::Result<()> {
     produce::run(args)
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes};
 
@@ -59,6 +60,14 @@ pub(crate) fn api_name(key: i16) -> String {
         Ok(k) => format!("{k:?}"),
         Err(()) => format!("api#{key}"),
     }
+}
+
+/// SASL credentials for a connection.
+#[derive(Debug, Clone)]
+pub struct SaslLogin {
+    pub mechanism: crate::security::sasl::Mechanism,
+    pub username: String,
+    pub password: String,
 }
 
 impl Connection {
@@ -106,6 +115,59 @@ impl Connection {
         };
         conn.negotiate_api_versions()?;
         Ok(conn)
+    }
+
+    /// Authenticates with SASL (SaslHandshake v1, then SaslAuthenticate), as a client must
+    /// on a SASL_PLAINTEXT listener before anything else. SCRAM checks the server's signature.
+    pub fn authenticate(&mut self, login: &SaslLogin) -> Result<()> {
+        use crate::security::sasl::{plain, Mechanism, ScramClient};
+        let addr = self.addr.clone();
+        let broker_err = |context: &str, code: i16, message: Option<String>| ClientError::Broker {
+            context: format!("{context} with {addr}"),
+            code,
+            message,
+        };
+        let handshake = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_string(login.mechanism.name().to_owned()));
+        let version = self.version_for::<SaslHandshakeRequest>(None)?.max(1);
+        let response = self.send(&handshake, version)?;
+        if response.error_code != 0 {
+            return Err(broker_err("SASL handshake", response.error_code, None));
+        }
+        let version = self.version_for::<SaslAuthenticateRequest>(None)?;
+        let exchange = |conn: &mut Connection, token: Vec<u8>| -> Result<Bytes> {
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+            let response = conn.send(&request, version)?;
+            if response.error_code != 0 {
+                return Err(ClientError::Broker {
+                    context: format!("SASL authentication with {}", conn.addr),
+                    code: response.error_code,
+                    message: response.error_message.map(|m| m.to_string()),
+                });
+            }
+            Ok(response.auth_bytes)
+        };
+        match login.mechanism {
+            Mechanism::Plain => {
+                exchange(
+                    self,
+                    plain::client_message(&login.username, &login.password),
+                )?;
+            }
+            Mechanism::Scram(m) => {
+                let nonce = crate::security::sasl::nonce_from(&mut rand::thread_rng(), 24);
+                let mut client = ScramClient::new(m, &login.username, &login.password, &nonce);
+                let server_first = exchange(self, client.client_first())?;
+                let client_final = client
+                    .client_final(&server_first)
+                    .map_err(|e| broker_err("SASL authentication", -1, Some(e.to_string())))?;
+                let server_final = exchange(self, client_final)?;
+                client
+                    .verify_server_final(&server_final)
+                    .map_err(|e| broker_err("SASL authentication", -1, Some(e.to_string())))?;
+            }
+        }
+        Ok(())
     }
 
     /// The address this connection was opened to.

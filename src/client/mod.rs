@@ -25,6 +25,7 @@ pub mod group;
 pub mod partitioner;
 mod produce;
 pub mod records;
+mod scram;
 mod txn;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,13 +37,14 @@ use kafka_protocol::protocol::StrBytes;
 
 pub use admin::{CleanerInfo, ConfigEntry, ConfigSource};
 pub use cluster::{OngoingReassignment, PartitionOutcome, ReassignmentTarget};
-pub use connection::{Connection, Timeouts};
+pub use connection::{Connection, SaslLogin, Timeouts};
 pub use error::{error_code_name, ClientError, Result};
 pub use fetch::{FetchOptions, FetchedPartition, OffsetSpec};
 pub use group::{CommittedOffset, GroupDescription, GroupListing, GroupMember};
 pub use kafka_protocol::records::Compression;
 pub use produce::{Acks, PartitionAck, ProduceOptions};
 pub use records::{ConsumedRecord, ProduceRecord};
+pub use scram::ScramUser;
 pub use txn::{ProducerInfo, TxnInfo, TxnListing};
 
 /// Largest response frame the client accepts. Fetch responses are the big ones; this leaves
@@ -74,6 +76,8 @@ pub struct ClientConfig {
     pub bootstrap: Vec<String>,
     pub client_id: String,
     pub timeouts: Timeouts,
+    /// SASL credentials, for a SASL_PLAINTEXT listener: every connection authenticates first.
+    pub sasl: Option<connection::SaslLogin>,
 }
 
 impl ClientConfig {
@@ -98,6 +102,7 @@ impl ClientConfig {
             bootstrap,
             client_id: "strata-cli".to_owned(),
             timeouts: Timeouts::default(),
+            sasl: None,
         })
     }
 }
@@ -171,7 +176,14 @@ impl Client {
     pub fn connect(config: ClientConfig) -> Result<Client> {
         let mut last_err = None;
         for addr in &config.bootstrap {
-            match Connection::connect(addr, &config.client_id, config.timeouts) {
+            let connected =
+                Connection::connect(addr, &config.client_id, config.timeouts).and_then(|mut c| {
+                    match &config.sasl {
+                        Some(login) => c.authenticate(login).map(|()| c),
+                        None => Ok(c),
+                    }
+                });
+            match connected {
                 Ok(bootstrap) => {
                     return Ok(Client {
                         config,
@@ -322,8 +334,11 @@ impl Client {
                 .brokers
                 .get(&node_id)
                 .ok_or(ClientError::UnknownBroker { node_id })?;
-            let conn =
+            let mut conn =
                 Connection::connect(&info.addr(), &self.config.client_id, self.config.timeouts)?;
+            if let Some(login) = &self.config.sasl {
+                conn.authenticate(login)?;
+            }
             self.connections.insert(node_id, conn);
         }
         self.connections

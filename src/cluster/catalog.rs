@@ -13,6 +13,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::security::sasl::{ScramCredential, ScramMechanism};
+
 /// One partition's replica set and leadership, as the controller records it (Kafka's
 /// PartitionRecord / PartitionChangeRecord state).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -125,6 +127,10 @@ pub struct Catalog {
     /// Registered brokers by node id.
     #[serde(default)]
     pub brokers: BTreeMap<i32, BrokerMeta>,
+    /// SCRAM credentials by user and mechanism (AlterUserScramCredentials), so every broker
+    /// authenticates the same users. A user with no mechanism left is removed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scram_credentials: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
     /// This broker's node id; set locally, never replicated.
     #[serde(skip)]
     pub local_node: i32,
@@ -176,6 +182,15 @@ impl Catalog {
     pub(crate) fn unindex_topic(&mut self, id: u128) {
         self.ids.remove(&id);
     }
+    /// `user`'s SCRAM credential for `mechanism`, if set.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<&ScramCredential> {
+        self.scram_credentials.get(user)?.get(&mechanism)
+    }
+
     /// Brokers clients may be sent to: registered and not fenced (as KRaft's Metadata).
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerMeta> {
         self.brokers.values().filter(|b| !b.fenced)

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::cluster::catalog::{BrokerEndpoint, PartitionMeta};
+use crate::security::sasl::{ScramCredential, ScramMechanism};
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -84,6 +85,19 @@ pub enum MetadataRecord {
     },
     ClusterId {
         id: String,
+    },
+    /// A user's SCRAM credential for one mechanism was set (Kafka's
+    /// UserScramCredentialRecord): salt, StoredKey, ServerKey and iterations, never the
+    /// password.
+    UserScramCredential {
+        name: String,
+        mechanism: ScramMechanism,
+        credential: ScramCredential,
+    },
+    /// Kafka's RemoveUserScramCredentialRecord.
+    RemoveUserScramCredential {
+        name: String,
+        mechanism: ScramMechanism,
     },
 }
 
@@ -159,6 +173,20 @@ mod tests {
             MetadataRecord::BrokerConfigs { configs },
             MetadataRecord::ProducerIds { block_end: 7000 },
             MetadataRecord::ClusterId { id: "abc".into() },
+            MetadataRecord::UserScramCredential {
+                name: "alice".into(),
+                mechanism: ScramMechanism::Sha512,
+                credential: ScramCredential {
+                    salt: vec![1, 2],
+                    stored_key: vec![3],
+                    server_key: vec![4],
+                    iterations: 4096,
+                },
+            },
+            MetadataRecord::RemoveUserScramCredential {
+                name: "alice".into(),
+                mechanism: ScramMechanism::Sha256,
+            },
         ];
         for r in records {
             let back = MetadataRecord::decode(&r.encode()).expect("decode");

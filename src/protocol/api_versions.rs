@@ -60,6 +60,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
+    // SASL authentication (server::sasl): the handshake v0 is followed by raw tokens, v1 by
+    // SaslAuthenticate; SaslAuthenticate v1+ carries the session lifetime (KIP-368).
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    // SCRAM credentials in the metadata log (KIP-554).
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The supported version range of `api`, if Strata implements it.

@@ -205,6 +205,19 @@ mod tests {
             ApiKey::DescribeTransactions => {
                 RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
             }
+            ApiKey::SaslHandshake => RequestKind::SaslHandshake(
+                SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+            ),
+            ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(
+                SaslAuthenticateRequest::default()
+                    .with_auth_bytes(Bytes::from_static(b"\0user\0pencil")),
+            ),
+            ApiKey::DescribeUserScramCredentials => RequestKind::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsRequest::default(),
+            ),
+            ApiKey::AlterUserScramCredentials => {
+                RequestKind::AlterUserScramCredentials(AlterUserScramCredentialsRequest::default())
+            }
             ApiKey::ListTransactions => {
                 RequestKind::ListTransactions(ListTransactionsRequest::default())
             }

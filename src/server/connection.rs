@@ -31,8 +31,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures::future::{select, Either};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
+use kafka_protocol::messages::ApiKey;
 use thiserror::Error;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::dispatch::{self, PendingResponse};
 use crate::limits::{
@@ -63,6 +64,8 @@ pub enum ConnectionError {
     Idle { idle_ms: u64 },
     #[error("a TLS client on a plaintext listener (its first bytes are a TLS handshake, not a Kafka request)")]
     TlsOnPlaintext,
+    #[error("{0}")]
+    Sasl(#[from] super::sasl::SaslRefusal),
 }
 
 /// A request handed to the writer: its response, the request bytes it holds in the shard's
@@ -178,6 +181,9 @@ where
         // Only the reader dispatches, one request at a time: it owns the session.
         let mut session = session;
         let mut buf = BytesMut::new();
+        // SASL state, on a SASL_PLAINTEXT or SASL_SSL listener: only the reader touches it,
+        // one request at a time, in arrival order.
+        let mut sasl = super::sasl::SaslSession::new(session.security_protocol.uses_sasl());
         loop {
             let (frame, request_bytes) = match read_frame(ctx, &mut reader, &mut buf, &activity)
                 .await
@@ -197,12 +203,46 @@ where
                 .get(..2)
                 .and_then(|b| <[u8; 2]>::try_from(b).ok())
                 .map_or(-1, i16::from_be_bytes);
-            let pending = match dispatch::dispatch(ctx, frame, &mut session).await {
-                Ok(p) => p,
-                Err(e) => {
-                    crate::metrics::with(|m| m.request_refused(api_key));
-                    warn!(%peer, "closing connection: {e}");
-                    return Err(e.into());
+            let (pending, next) = if sasl.expects_raw_token() {
+                // After a v0 SaslHandshake the frame is a bare SASL token, not a request.
+                dispatch::sasl_raw_token(ctx, &mut sasl, &frame, &peer)
+            } else {
+                let api = ApiKey::try_from(api_key).ok();
+                let sasl_api = matches!(
+                    api,
+                    Some(ApiKey::SaslHandshake) | Some(ApiKey::SaslAuthenticate)
+                );
+                if let Some(api) = api {
+                    // Unauthenticated (or expired) on a SASL listener: closed unserved,
+                    // as Kafka does.
+                    if let Err(refusal) = sasl.admit(api, arrived) {
+                        crate::metrics::with(|m| m.request_refused(api_key));
+                        debug!(%peer, "closing connection: {refusal}");
+                        return Err(refusal.into());
+                    }
+                }
+                let result = if sasl.required() && sasl_api {
+                    let answered = dispatch::sasl_request(ctx, &mut sasl, frame, &peer);
+                    // The connection now acts as the authenticated user.
+                    if let (Some(user), Some(mechanism)) = (sasl.user(), sasl.mechanism()) {
+                        session.principal = crate::security::KafkaPrincipal::user(user);
+                        session.authentication = crate::security::Authentication::Authenticated {
+                            mechanism: mechanism.name().to_string(),
+                        };
+                    }
+                    answered
+                } else {
+                    dispatch::dispatch(ctx, frame, &mut session)
+                        .await
+                        .map(|p| (p, dispatch::SaslNext::Serve))
+                };
+                match result {
+                    Ok(p) => p,
+                    Err(e) => {
+                        crate::metrics::with(|m| m.request_refused(api_key));
+                        warn!(%peer, "closing connection: {e}");
+                        return Err(e.into());
+                    }
                 }
             };
             activity.in_flight.set(activity.in_flight.get() + 1);
@@ -212,6 +252,10 @@ where
                 .is_err()
             {
                 // The writer failed (peer gone); stop reading.
+                return Ok(());
+            }
+            if next == dispatch::SaslNext::Close {
+                // Authentication failed: the writer sends the answer, then closes.
                 return Ok(());
             }
         }

@@ -350,9 +350,180 @@ pub async fn dispatch(
                 &handlers::offset_delete::handle(ctx, version, req).await,
             )
         }
+        ApiKey::DescribeUserScramCredentials => {
+            let req: DescribeUserScramCredentialsRequest = decode_body(&raw)?;
+            let catalog = ctx.shared.catalog.load();
+            respond(
+                &raw,
+                &handlers::describe_user_scram_credentials::handle(&catalog, req),
+            )
+        }
+        ApiKey::AlterUserScramCredentials => {
+            let req: AlterUserScramCredentialsRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::alter_user_scram_credentials::handle(&ctx, version, req).await
+            })
+        }
+        // On a SASL listener the connection answers these itself (`server::sasl`); here the
+        // listener takes no SASL, so the handshake is refused as Kafka refuses it.
+        ApiKey::SaslHandshake => {
+            let req: SaslHandshakeRequest = decode_body(&raw)?;
+            let mut session = super::sasl::SaslSession::new(false);
+            let (body, _) = handlers::sasl_handshake::handle(&mut session, &[], version, req);
+            respond(&raw, &body)
+        }
+        ApiKey::SaslAuthenticate => {
+            let _req: SaslAuthenticateRequest = decode_body(&raw)?;
+            let body = SaslAuthenticateResponse::default()
+                .with_error_code(crate::protocol::error::ErrorCode::IllegalSaslState.code())
+                .with_error_message(Some(handlers::str_bytes(
+                    "this listener does not take SASL authentication",
+                )));
+            respond(&raw, &body)
+        }
         other => Err(FrameError::BadHeader(format!(
             "{other:?} is not implemented"
         ))),
+    }
+}
+
+thread_local! {
+    /// This shard's log of failed authentications (rate-limited).
+    static SASL_FAILURES: std::cell::RefCell<super::sasl::FailureLog> =
+        std::cell::RefCell::new(super::sasl::FailureLog::default());
+}
+
+/// What a SASL frame asks of the connection after its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslNext {
+    Serve,
+    /// Stop reading; close once the response is written.
+    Close,
+}
+
+/// Serves SaslHandshake and SaslAuthenticate on a SASL listener, where the connection holds
+/// the exchange's state. A failed authentication is answered after
+/// `connection_failed_authentication_delay_ms` and closes the connection.
+pub fn sasl_request(
+    ctx: &Rc<ShardCtx>,
+    session: &mut super::sasl::SaslSession,
+    frame: Bytes,
+    peer: &str,
+) -> Result<(PendingResponse, SaslNext), FrameError> {
+    let raw = parse_request(frame)?;
+    let version = raw.header.request_api_version;
+    if !api_versions::is_supported(raw.api, version) {
+        return Err(FrameError::BadHeader(format!(
+            "{:?} v{version} is not supported",
+            raw.api
+        )));
+    }
+    let config = &ctx.shared.config;
+    match raw.api {
+        ApiKey::SaslHandshake => {
+            let req: SaslHandshakeRequest = decode_body(&raw)?;
+            let enabled = config.sasl_mechanisms().unwrap_or_default();
+            let (body, close) = handlers::sasl_handshake::handle(session, &enabled, version, req);
+            let next = if close {
+                SaslNext::Close
+            } else {
+                SaslNext::Serve
+            };
+            Ok((respond(&raw, &body)?, next))
+        }
+        ApiKey::SaslAuthenticate => {
+            let req: SaslAuthenticateRequest = decode_body(&raw)?;
+            let (body, after) = authenticate_token(ctx, session, &req.auth_bytes, peer);
+            let frame =
+                encode_response(raw.api, version, raw.header.correlation_id, &body)?.freeze();
+            Ok(answer_after(ctx, frame, after))
+        }
+        other => Err(FrameError::BadHeader(format!("{other:?} is not SASL"))),
+    }
+}
+
+/// A raw SASL token, after a v0 SaslHandshake: answered with the raw token (size-prefixed,
+/// no Kafka header). A failure has no way to say so: the connection closes.
+pub fn sasl_raw_token(
+    ctx: &Rc<ShardCtx>,
+    session: &mut super::sasl::SaslSession,
+    token: &[u8],
+    peer: &str,
+) -> (PendingResponse, SaslNext) {
+    let (body, after) = authenticate_token(ctx, session, token, peer);
+    if body.error_code != 0 {
+        return (ready(None), SaslNext::Close);
+    }
+    let mut frame = Vec::with_capacity(4 + body.auth_bytes.len());
+    let len = u32::try_from(body.auth_bytes.len()).unwrap_or(u32::MAX);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body.auth_bytes);
+    answer_after(ctx, Bytes::from(frame), after)
+}
+
+/// Runs one token through the session, logging the outcome (user and peer, never the
+/// secret; failures rate-limited).
+fn authenticate_token(
+    ctx: &Rc<ShardCtx>,
+    session: &mut super::sasl::SaslSession,
+    token: &[u8],
+    peer: &str,
+) -> (SaslAuthenticateResponse, handlers::sasl_authenticate::After) {
+    use handlers::sasl_authenticate::After;
+    let config = &ctx.shared.config;
+    let plain_users = config.plain_users().unwrap_or_default();
+    let catalog = ctx.shared.catalog.load();
+    let credentials = super::sasl::BrokerCredentials {
+        plain_users: &plain_users,
+        catalog: &catalog,
+    };
+    let nonce = crate::security::sasl::nonce_from(&mut rand::thread_rng(), 32);
+    let reauth_ms = u64::try_from(config.connections_max_reauth_ms).unwrap_or(0);
+    let now = std::time::Instant::now();
+    let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(token));
+    let (body, after) =
+        handlers::sasl_authenticate::handle(session, &credentials, nonce, reauth_ms, now, req);
+    match &after {
+        After::Authenticated(user) => debug!(%peer, %user, "SASL authenticated"),
+        After::Failed { user, why } => {
+            let due = SASL_FAILURES.with(|log| log.borrow_mut().note(now));
+            if let Some(failures) = due {
+                tracing::warn!(
+                    %peer,
+                    user = user.as_deref().unwrap_or("?"),
+                    failures,
+                    "SASL authentication failed: {why}"
+                );
+            }
+        }
+        After::Continue | After::IllegalState => {}
+    }
+    (body, after)
+}
+
+/// The pending answer to a token and what the connection does next: a failure waits
+/// `connection_failed_authentication_delay_ms` (slowing password guessing) and closes.
+fn answer_after(
+    ctx: &Rc<ShardCtx>,
+    frame: Bytes,
+    after: handlers::sasl_authenticate::After,
+) -> (PendingResponse, SaslNext) {
+    use handlers::sasl_authenticate::After;
+    match after {
+        After::Continue | After::Authenticated(_) => (ready(Some(vec![frame])), SaslNext::Serve),
+        After::IllegalState => (ready(Some(vec![frame])), SaslNext::Close),
+        After::Failed { .. } => {
+            let delay = std::time::Duration::from_millis(
+                ctx.shared.config.connection_failed_authentication_delay_ms,
+            );
+            let pending = async move {
+                glommio::timer::sleep(delay).await;
+                Ok(Some(vec![frame]))
+            }
+            .boxed_local();
+            (pending, SaslNext::Close)
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::catalog::PartitionMeta;
 use crate::protocol::error::ErrorCode;
+use crate::security::sasl::{ScramCredential, ScramMechanism};
 
 /// The outcome of one operation: a Kafka error code (0 = none) and a message for the client.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +92,13 @@ pub enum ControllerRequest {
     /// Replaces the broker-level dynamic topic defaults.
     AlterBrokerConfigs {
         configs: BTreeMap<String, String>,
+    },
+    /// SCRAM credentials to remove and to set, already validated by the broker (mechanism,
+    /// iterations, no user named twice for one mechanism). The controller refuses a user's
+    /// changes whole when one of its deletions names a credential that does not exist.
+    AlterUserScramCredentials {
+        deletions: Vec<(String, ScramMechanism)>,
+        upsertions: Vec<(String, ScramMechanism, ScramCredential)>,
     },
     /// A leader's ISR change (KIP-497).
     AlterPartition {
@@ -190,6 +198,10 @@ pub enum ControllerResponse {
     },
     AlterBrokerConfigs {
         status: Status,
+    },
+    /// One status per user named in the request, in first-mention order.
+    AlterUserScramCredentials {
+        results: Vec<(String, Status)>,
     },
     /// `state` is the partition after the change (or as it is, when refused for a stale
     /// epoch, so the leader can catch up). NEW_LEADER_ELECTED when the change completed a

@@ -387,6 +387,12 @@ impl Controller {
                     status: Status::ok(),
                 }
             }
+            ControllerRequest::AlterUserScramCredentials {
+                deletions,
+                upsertions,
+            } => ControllerResponse::AlterUserScramCredentials {
+                results: Self::alter_scram(&mut batch, deletions, upsertions),
+            },
             ControllerRequest::AlterPartition {
                 broker_id,
                 broker_epoch: _,
@@ -448,6 +454,61 @@ impl Controller {
             },
         };
         (batch.records, response)
+    }
+
+    /// Records each user's SCRAM changes, deletions first (as Kafka's ScramControlManager),
+    /// unless one of its deletions names no existing credential: then none of that user's
+    /// changes is made and it gets RESOURCE_NOT_FOUND.
+    fn alter_scram(
+        batch: &mut Batch,
+        deletions: Vec<(String, crate::security::sasl::ScramMechanism)>,
+        upsertions: Vec<(
+            String,
+            crate::security::sasl::ScramMechanism,
+            crate::security::sasl::ScramCredential,
+        )>,
+    ) -> Vec<(String, Status)> {
+        let mut users: Vec<String> = Vec::new();
+        for name in deletions
+            .iter()
+            .map(|(u, _)| u)
+            .chain(upsertions.iter().map(|(u, _, _)| u))
+        {
+            if !users.contains(name) {
+                users.push(name.clone());
+            }
+        }
+        users
+            .into_iter()
+            .map(|user| {
+                let missing = deletions
+                    .iter()
+                    .find(|(u, m)| *u == user && batch.work.scram_credential(u, *m).is_none());
+                if let Some((_, m)) = missing {
+                    let status = Status::error(
+                        ErrorCode::ResourceNotFound,
+                        format!(
+                            "attempt to delete a user credential that does not exist: {user} {m}"
+                        ),
+                    );
+                    return (user, status);
+                }
+                for (u, m) in deletions.iter().filter(|(u, _)| *u == user) {
+                    batch.push(MetadataRecord::RemoveUserScramCredential {
+                        name: u.clone(),
+                        mechanism: *m,
+                    });
+                }
+                for (u, m, c) in upsertions.iter().filter(|(u, _, _)| *u == user) {
+                    batch.push(MetadataRecord::UserScramCredential {
+                        name: u.clone(),
+                        mechanism: *m,
+                        credential: c.clone(),
+                    });
+                }
+                (user, Status::ok())
+            })
+            .collect()
     }
 
     fn all_partitions(c: &Catalog) -> Vec<(String, usize)> {

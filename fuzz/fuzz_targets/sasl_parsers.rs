@@ -1,0 +1,9 @@
+//! Feeds arbitrary bytes to the SASL servers (`strata::security::sasl::fuzz_all`): PLAIN and
+//! SCRAM-SHA-256/512 client-first and client-final messages. None may panic on any input.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    strata::security::sasl::fuzz_all(data);
+});
