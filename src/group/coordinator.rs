@@ -1049,6 +1049,40 @@ impl Coordinator {
         Ok(results)
     }
 
+    /// Topics deleted from the cluster (Kafka's `onPartitionsDeleted`): in every group, the
+    /// committed offsets of their partitions and any open transaction's offsets for them
+    /// are removed with tombstones. A topic created again under the same name (Streams'
+    /// application reset deletes and recreates its internal topics) is then consumed from
+    /// the group's reset position, not from offsets that pointed into the old log.
+    pub fn on_topics_deleted(&mut self, topics: &HashSet<String>, out: &mut Vec<Output>) {
+        for group in self.groups.values_mut() {
+            let mut keys: Vec<(String, i32)> = group
+                .offsets
+                .keys()
+                .chain(group.pending_txn.values().flat_map(HashMap::keys))
+                .filter(|(t, _)| topics.contains(t))
+                .cloned()
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let mut records = Vec::new();
+            for key in keys {
+                if group.remove_offset(&key) {
+                    records.push(LogRecord {
+                        key: offset_key(&group.id, &key.0, key.1),
+                        value: None,
+                    });
+                }
+            }
+            if !records.is_empty() {
+                out.push(Output::Append {
+                    partition: group.partition,
+                    records,
+                });
+            }
+        }
+    }
+
     // ---------------------------------------------------------------- Admin
 
     pub fn describe(&self, group_id: &str) -> GroupDescription {

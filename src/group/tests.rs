@@ -1260,3 +1260,39 @@ fn txn_offsets_against_oracle_and_replay() {
         }
     }
 }
+
+/// A deleted topic's offsets go from every group (Kafka's `onPartitionsDeleted`): committed
+/// and transaction-pending ones, each with a tombstone; a COMMIT marker afterwards brings
+/// nothing back, other topics' offsets stay, and a second call writes nothing.
+#[test]
+fn deleted_topics_lose_their_offsets_in_every_group() {
+    let mut s = Sim::new();
+    let now = Now::at(s.now);
+    let plan =
+        s.c.handle_offset_commit(7, simple_commit("g", 0, 5), now)
+            .expect("ok");
+    s.c.apply_commit("g", 7, plan.accepted, 10, now);
+    let plan =
+        s.c.handle_txn_offset_commit(7, txn_args("g", 1, &[(1, 6)]), now)
+            .expect("accepted");
+    s.c.txn_commit_appended("g", ProducerId(1), &plan.accepted, 11);
+    let mut other = simple_commit("h", 0, 3);
+    other.offsets[0].topic = "u".into();
+    let plan = s.c.handle_offset_commit(7, other, now).expect("ok");
+    s.c.apply_commit("h", 7, plan.accepted, 12, now);
+    s.appends();
+
+    let deleted: std::collections::HashSet<String> = ["t".to_string()].into();
+    s.c.on_topics_deleted(&deleted, &mut s.out);
+    let records = s.appends();
+    assert_eq!(records.len(), 2, "tombstones for t-0 and t-1: {records:?}");
+    assert!(records.iter().all(|r| r.value.is_none()));
+    assert_eq!(fetched(&s.c, "g", 0, true), (-1, None));
+    s.c.complete_txn(7, ProducerId(1), TxnOutcome::Commit);
+    assert_eq!(fetched(&s.c, "g", 1, false), (-1, None));
+    let h =
+        s.c.handle_offset_fetch("h", Some(vec![("u".into(), 0)]), false);
+    assert_eq!(h[0].offset, 3, "another topic's offset stays");
+    s.c.on_topics_deleted(&deleted, &mut s.out);
+    assert!(s.appends().is_empty(), "nothing left to remove");
+}

@@ -17,7 +17,7 @@
 //! RefCell borrows of the coordinator are confined to small synchronous blocks; none is held
 //! across an `.await`.
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use super::mesh::call;
 use super::ops::{ShardOp, ShardReply};
 use super::ShardCtx;
 use crate::clock::Now;
+use crate::cluster::catalog::Catalog;
 use crate::group::{
     CommitArgs, Coordinator, ErrorCode, FetchedOffset, GroupDescription, GroupListing,
     HeartbeatArgs, JoinArgs, JoinResult, LeaveMember, LeaveResult, LogRecord, Output, RequestId,
@@ -124,6 +125,10 @@ pub struct GroupShard {
     /// first (see `append`). A partition is here only while its queue is not empty and its
     /// drainer task runs.
     waiting_appends: RefCell<HashMap<i32, VecDeque<WaitingAppend>>>,
+    /// Topic id -> name as of the last metadata this shard applied, to see which topics
+    /// were deleted since (by id: a topic deleted and created again under the same name
+    /// between two applications is a deletion too).
+    known_topics: RefCell<HashMap<u128, String>>,
 }
 
 /// A group append the log refused for want of room (its staging buffer or the shard's
@@ -144,6 +149,7 @@ impl GroupShard {
             next_request: Cell::new(1),
             led: RefCell::new(HashMap::new()),
             waiting_appends: RefCell::new(HashMap::new()),
+            known_topics: RefCell::new(HashMap::new()),
         }
     }
 
@@ -932,6 +938,41 @@ async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -
         glommio::yield_if_needed().await;
     }
     count
+}
+
+/// Called with each metadata image the shard applies: topics deleted since the last one
+/// lose their committed offsets in every group this shard coordinates, as in Kafka. The
+/// first image after a start only records what exists (a deletion while this broker was
+/// down is not seen here, as in Kafka).
+pub fn on_metadata(ctx: &Rc<ShardCtx>, catalog: &Catalog) {
+    let now: HashMap<u128, String> = catalog
+        .topics
+        .values()
+        .map(|t| (t.id, t.name.clone()))
+        .collect();
+    let deleted: HashSet<String> = {
+        let mut known = ctx.groups.known_topics.borrow_mut();
+        let deleted = known
+            .iter()
+            .filter(|(id, _)| !now.contains_key(id))
+            .map(|(_, name)| name.clone())
+            .collect();
+        *known = now;
+        deleted
+    };
+    if deleted.is_empty() {
+        return;
+    }
+    info!(shard = ctx.id, topics = ?deleted, "removing committed offsets of deleted topics");
+    let mut out = Vec::new();
+    ctx.groups
+        .coordinator
+        .borrow_mut()
+        .on_topics_deleted(&deleted, &mut out);
+    // Like the ticker's records, these tombstones answer nobody.
+    for w in run_outputs(ctx, out) {
+        glommio::spawn_local(w).detach();
+    }
 }
 
 /// Advances the coordinator's timers every `TICK_MS` until the shard stops.

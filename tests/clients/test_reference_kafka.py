@@ -267,3 +267,78 @@ def test_describe_topic_partitions_same_on_kafka_and_strata(kafka, broker):
     to Metadata after an UNSUPPORTED_VERSION."""
     compare(describe_topic_partitions_scenario(kafka.bootstrap),
             describe_topic_partitions_scenario(broker.bootstrap))
+
+
+def deleted_topic_offsets_scenario(bootstrap: str, topic: str) -> dict:
+    """A group commits offsets on a topic, the topic is deleted and created again under the same
+    name (as Kafka Streams' application reset does with its internal topics): what the group's
+    committed offsets for it are before and after, and where a new consumer of the group starts."""
+    import time
+
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    group = f"{topic}-group"
+    create_topic(bootstrap, topic, 2)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(10):
+        p.produce(topic, value=f"old-{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 3)], asynchronous=False)
+            break
+        except KafkaException:
+            # A fresh broker's coordinator may still be loading or moving
+            # (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR): librdkafka leaves the retry to us.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    c.close()
+
+    def committed() -> list[tuple[int, int]]:
+        req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        res = admin.list_consumer_group_offsets([req])[group].result(timeout=30)
+        return sorted((tp.partition, tp.offset) for tp in res.topic_partitions)
+
+    before = committed()
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # Both brokers remove the offsets asynchronously, once the deletion reaches the group
+    # coordinator: poll, then report what was seen.
+    after_delete = committed()
+    while any(o >= 0 for _, o in after_delete) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after_delete = committed()
+    create_topic(bootstrap, topic, 2)
+    p.produce(topic, value=b"new-0", partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0)])
+    first = None
+    while first is None and time.monotonic() < deadline + 30:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            first = (m.offset(), m.value().decode())
+    c.close()
+    return {"before": before, "after_delete": after_delete, "after_recreate": committed(), "first": first}
+
+
+def test_deleted_topic_offsets_removed_as_kafka_does(kafka, broker):
+    """Proves a group's committed offsets of a deleted topic are removed, as Kafka's group
+    coordinator does on partition deletion, so a topic created again under the same name is read
+    from the group's reset position (the new record at offset 0). Before, Strata kept the old
+    offsets: a consumer of the recreated topic started at offset 5 of a log that had restarted at
+    0, skipping the records below it, which is how Kafka Streams lost counts after
+    StreamsResetter deleted and its rerun recreated the internal topics."""
+    topic = "compare-deleted-topic-offsets"
+    k = deleted_topic_offsets_scenario(kafka.bootstrap, topic)
+    assert k["before"] == [(0, 5), (1, 3)] and k["after_delete"] == [(0, -1001), (1, -1001)], k
+    assert k["first"] == (0, "new-0"), k
+    compare(k, deleted_topic_offsets_scenario(broker.bootstrap, topic))
+
