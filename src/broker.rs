@@ -167,6 +167,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         quorum: quorum.clone(),
         disk,
         clock,
+        open_dirs: Default::default(),
     });
     let builder: Builder =
         glommio::channels::channel_mesh::MeshBuilder::full(nr_shards, MESH_CHANNEL_CAPACITY);

@@ -172,6 +172,13 @@ pub const INGEST_DROP_LOG_INTERVAL_MS: u64 = 10_000;
 /// leader yet, timed out, partition still opening) before its records are reported failed.
 pub const INGEST_APPEND_ATTEMPTS_MAX: u32 = 5;
 
+/// How long opening a partition waits for another shard to let go of the same directory:
+/// a topic deleted and created again under the same name may be placed on another shard
+/// than its old replica, whose log must be deleted before the new one is created there.
+/// Deleting a log takes milliseconds; past this the open fails (and the replica goes
+/// offline, logged) rather than waiting forever.
+pub const PARTITION_DIR_RELEASE_WAIT_MS: u64 = 30_000;
+
 /// Kafka API keys the request counters and latency histograms have a slot for (Kafka's
 /// keys are below 100). A request with a larger key is counted in no slot: it is refused
 /// anyway, and the arrays stay fixed-size so recording is a plain index, never a map.

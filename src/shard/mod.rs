@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::cluster::catalog::CatalogStore;
 use crate::config::{log_config_from, Config};
+use crate::limits::PARTITION_DIR_RELEASE_WAIT_MS;
 use crate::storage::{LogConfig, MemoryBudget, Partition};
 
 /// A topic's partition: the key under which a shard holds, routes and replicates it.
@@ -67,6 +68,8 @@ pub struct Shared {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Syslog and HTTP ingestion counters, one set per shard.
     pub ingest_stats: crate::ingest::stats::IngestStats,
+    /// Partition directories an open log holds, broker-wide (see `claim_dir`).
+    pub open_dirs: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Shared {
@@ -82,6 +85,22 @@ impl Shared {
 
     pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
         self.config.data_dir.join(format!("{topic}-{partition}"))
+    }
+
+    /// Claims `dir` for one open log; `false` if another shard's log holds it. Directory
+    /// names repeat when a topic is deleted and created again under the same name, and the
+    /// new replica may be placed on another shard than the old one: it must not open the
+    /// old log's files before their shard has deleted them.
+    pub fn claim_dir(&self, dir: &std::path::Path) -> bool {
+        // A poisoned lock only means another shard panicked mid-insert; the set is intact.
+        let mut dirs = self.open_dirs.lock().unwrap_or_else(|e| e.into_inner());
+        dirs.insert(dir.to_path_buf())
+    }
+
+    /// Gives `dir` back (its log was deleted, or failed to open).
+    pub fn release_dir(&self, dir: &std::path::Path) {
+        let mut dirs = self.open_dirs.lock().unwrap_or_else(|e| e.into_inner());
+        dirs.remove(dir);
     }
 
     /// The effective log config of a topic: its overrides over the broker defaults.
@@ -224,8 +243,28 @@ impl ShardCtx {
             return Ok(p);
         }
         let dir = self.shared.partition_dir(topic, partition);
+        let deadline = self.shared.clock.monotonic_ms() + PARTITION_DIR_RELEASE_WAIT_MS;
+        while !self.shared.claim_dir(&dir) {
+            if self.shared.clock.monotonic_ms() >= deadline {
+                return Err(crate::storage::Error::io(
+                    dir,
+                    "claim dir",
+                    std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "still held by a deleted replica of the same name on another shard",
+                    ),
+                ));
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
         // Every log is a replica: the replication layer (`replica`) moves its high watermark.
-        let p = Partition::open_replicated(dir, config).await?;
+        let p = match Partition::open_replicated(dir.clone(), config).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.shared.release_dir(&dir);
+                return Err(e);
+            }
+        };
         p.set_budget(Rc::clone(&self.budget));
         p.set_disk_space(Arc::clone(&self.shared.disk));
         self.partitions

@@ -28,14 +28,18 @@ pub async fn drop(ctx: &Rc<ShardCtx>, topic: &str, partitions: Vec<i32>) -> Resu
                 if let Err(e) = p.delete().await {
                     result = Err(format!("cannot delete {topic}-{i}: {e}"));
                 }
+                ctx.shared.release_dir(&ctx.shared.partition_dir(topic, i));
             }
             None => {
-                // Never opened on this run: remove whatever a previous run left.
+                // Never opened on this run: remove whatever a previous run left, unless
+                // another shard's log holds the directory (a topic of the same name
+                // created again there).
                 let dir = ctx.shared.partition_dir(topic, i);
-                if dir.exists() {
+                if dir.exists() && ctx.shared.claim_dir(&dir) {
                     if let Err(e) = std::fs::remove_dir_all(&dir) {
                         result = Err(format!("cannot delete {}: {e}", dir.display()));
                     }
+                    ctx.shared.release_dir(&dir);
                 }
             }
         }

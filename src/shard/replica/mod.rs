@@ -88,6 +88,10 @@ pub struct Replicas {
     /// offline replicas). Not opened again until the broker restarts, as Kafka keeps a
     /// failed log dir offline; requests for them get KAFKA_STORAGE_ERROR.
     offline: RefCell<HashMap<TopicPartition, String>>,
+    /// The topic id each topic name had when this shard last applied metadata: a name
+    /// whose id changed was deleted and created again in between, and its old replicas
+    /// must go before the new topic's open (same directory names, different logs).
+    topic_ids: RefCell<HashMap<String, u128>>,
 }
 
 /// How a replica answers a request that needs its leader.
@@ -187,6 +191,33 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
     }
     let catalog = ctx.shared.catalog.load();
     let me = NodeId(catalog.local_node);
+    // A topic deleted and created again under the same name since the last application
+    // (the two changes arrived together): the open replicas hold the old topic's log.
+    let recreated: HashSet<String> = {
+        let mut ids = ctx.replicas.topic_ids.borrow_mut();
+        let recreated = catalog
+            .topics
+            .values()
+            .filter(|t| ids.get(&t.name).is_some_and(|&id| id != t.id))
+            .map(|t| t.name.clone())
+            .collect();
+        *ids = catalog
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), t.id))
+            .collect();
+        recreated
+    };
+    if !recreated.is_empty() {
+        let old: Vec<(String, i32, Rc<Partition>)> = ctx
+            .all_partitions()
+            .into_iter()
+            .filter(|(t, _, _)| recreated.contains(t))
+            .collect();
+        for (topic, i, p) in old {
+            forget_replica(ctx, &topic, i, p, "of a topic deleted and created again").await;
+        }
+    }
     let live: HashSet<i32> = catalog.live_brokers().map(|b| b.node_id).collect();
     let mut wanted = HashSet::new();
     for topic in catalog.topics.values() {
@@ -260,25 +291,33 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
         })
         .collect();
     for (topic, i, p) in gone {
-        let tp = TopicPartition {
-            topic: topic.clone(),
-            partition: i,
-        };
-        let was = ctx.replicas.roles.borrow_mut().remove(&tp);
-        if matches!(was, Some(Role::Leader(_))) && topic == crate::group::OFFSETS_TOPIC {
-            super::groups::resign(ctx, i);
-        }
-        if matches!(was, Some(Role::Leader(_))) && topic == crate::txn::TRANSACTION_STATE_TOPIC {
-            super::txns::resign(ctx, i);
-        }
-        ctx.remove_partition(&topic, i);
-        info!(topic = %topic, partition = i, "deleting replica no longer assigned here");
-        if let Err(e) = p.delete().await {
-            warn!("deleting {topic}-{i}: {e}");
-        }
+        forget_replica(ctx, &topic, i, p, "no longer assigned here").await;
     }
+    super::groups::on_metadata(ctx, &catalog);
     start_fetchers(ctx, &catalog);
     ctx.replicas.applied_version.set(version);
+}
+
+/// Drops this shard's replica of `topic`-`i` (its role, the coordinator it hosted) and
+/// deletes its log.
+async fn forget_replica(ctx: &Rc<ShardCtx>, topic: &str, i: i32, p: Rc<Partition>, why: &str) {
+    let tp = TopicPartition {
+        topic: topic.to_string(),
+        partition: i,
+    };
+    let was = ctx.replicas.roles.borrow_mut().remove(&tp);
+    if matches!(was, Some(Role::Leader(_))) && topic == crate::group::OFFSETS_TOPIC {
+        super::groups::resign(ctx, i);
+    }
+    if matches!(was, Some(Role::Leader(_))) && topic == crate::txn::TRANSACTION_STATE_TOPIC {
+        super::txns::resign(ctx, i);
+    }
+    ctx.remove_partition(topic, i);
+    info!(topic = %topic, partition = i, "deleting replica {why}");
+    if let Err(e) = p.delete().await {
+        warn!("deleting {topic}-{i}: {e}");
+    }
+    ctx.shared.release_dir(&ctx.shared.partition_dir(topic, i));
 }
 
 /// Takes the role `pm` gives this broker for `tp`, if it is not already in it.
