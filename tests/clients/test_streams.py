@@ -50,6 +50,9 @@ from harness import REPO_ROOT
 EXTRAS = REPO_ROOT / "tests" / "kafka" / "extras"
 LIB = EXTRAS / "lib"
 LOG4J = REPO_ROOT / "tests" / "kafka" / "log4j2.properties"
+# Kafka's own tools (StreamsResetter), from `tests/fetch-jars.sh kafka`.
+RUN_CLASS = REPO_ROOT / "tests" / "kafka" / "run-class.sh"
+TOOLS_LIB = REPO_ROOT / "tests" / "kafka" / "lib"
 SCALE = float(os.environ.get("STRATA_STREAMS_SCALE", "1"))
 PARTITIONS = 3
 # A JVM start, the first rebalance, the changelog restore after a kill: on a loaded 2-core CI
@@ -68,6 +71,8 @@ def jars_missing() -> str | None:
         return "no java/javac on PATH"
     if not list(LIB.glob("kafka-streams-4.*.jar")) or not list(LIB.glob("kafka-streams-examples-*.jar")):
         return f"no Kafka Streams jars in {LIB}: run tests/fetch-jars.sh extras"
+    if not list(TOOLS_LIB.glob("kafka-tools-4.*.jar")):
+        return f"no kafka-tools jar in {TOOLS_LIB}: run tests/fetch-jars.sh kafka"
     return None
 
 
@@ -346,7 +351,8 @@ def test_wordcount_demo_exactly_once_through_sigkill(broker_factory, streams_bui
     mid-run then restarted on the same state dir: each word's committed count updates are
     exactly 1..n (no duplicate, no gap) and n equals the oracle's count from the input topic.
     Its repartition and changelog topics got Streams' configs, and DeleteRecords purged the
-    repartition topic."""
+    repartition topic. Then Kafka's StreamsResetter resets the app (group member removed,
+    input offsets rewound, internal topics deleted) and the rerun counts 1..n once more."""
     broker = broker_factory()
     bs = broker.bootstrap
     create_topics(bs, ["streams-plaintext-input", "streams-wordcount-output"])
@@ -369,20 +375,41 @@ def test_wordcount_demo_exactly_once_through_sigkill(broker_factory, streams_bui
         kill_app_inside_transaction(app, bs, "streams-wordcount-output")
         feeder.finish()
 
-        def converged():
-            last: dict[str, int] = {}
+        def counts_per_word() -> dict[str, list[int]]:
+            per_key: dict[str, list[int]] = {}
             for _, _, k, v in read_committed(bs, "streams-wordcount-output"):
-                last[k.decode()] = int.from_bytes(v, "big", signed=True)
-            return last == dict(oracle), (sum(last.values()), total)
-        wait_until("final counts equal the oracle", converged, CONVERGE_TIMEOUT_S, app)
+                per_key.setdefault(k.decode(), []).append(int.from_bytes(v, "big", signed=True))
+            return per_key
 
-        per_key: dict[str, list[int]] = {}
-        for _, _, k, v in read_committed(bs, "streams-wordcount-output"):
-            per_key.setdefault(k.decode(), []).append(int.from_bytes(v, "big", signed=True))
-        for word, counts in per_key.items():
+        def converged(runs: int):
+            per_key = counts_per_word()
+            last = {word: counts[-1] for word, counts in per_key.items()}
+            done = last == dict(oracle) and all(len(c) == runs * oracle[w] for w, c in per_key.items())
+            return done, (sum(last.values()), total)
+        wait_until("final counts equal the oracle", lambda: converged(1), CONVERGE_TIMEOUT_S, app)
+        for word, counts in counts_per_word().items():
             assert counts == list(range(1, oracle[word] + 1)), (word, counts[:50], oracle[word])
-        internal_topics_checked(bs, "streams-wordcount", "KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition",
-                                "KSTREAM-AGGREGATE-STATE-STORE-0000000003-changelog")
+        store = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
+        internal_topics_checked(bs, "streams-wordcount", f"{store}-repartition", f"{store}-changelog")
+        repartition, changelog = f"streams-wordcount-{store}-repartition", f"streams-wordcount-{store}-changelog"
+
+        # Kafka's application reset tool, as a user reprocesses from scratch: it removes the
+        # (SIGKILLed) member from the group, rewinds the input offsets (admin offset APIs) and
+        # deletes the internal topics (DeleteTopics); the app then recreates them under the same
+        # names and counts everything again: each word's output continues with 1..n once more.
+        app.kill9()
+        r = subprocess.run([str(RUN_CLASS), "org.apache.kafka.tools.StreamsResetter", "--bootstrap-server", bs,
+                            "--application-id", "streams-wordcount", "--input-topics",
+                            "streams-plaintext-input", "--force"],
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0 and "Deleting inferred internal topics" in r.stdout, r.stdout + r.stderr
+        topics = AdminClient({"bootstrap.servers": bs}).list_topics(timeout=30).topics
+        assert repartition not in topics and changelog not in topics, sorted(topics)
+        shutil.rmtree(tmp_path / "wc-state")  # the local half of a reset (KafkaStreams#cleanUp)
+        app.start().wait_running()
+        wait_until("counts after the reset equal the oracle", lambda: converged(2), CONVERGE_TIMEOUT_S, app)
+        for word, counts in counts_per_word().items():
+            assert counts == list(range(1, oracle[word] + 1)) * 2, (word, counts[:50], oracle[word])
         check_no_streams_errors(app)
     finally:
         app.kill9()
