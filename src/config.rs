@@ -1488,7 +1488,7 @@ mod tests {
         std::fs::write(
             &path,
             "listeners = \"CLIENT://127.0.0.1:19093,PLAINTEXT://127.0.0.1:19092\"\n\
-             listener_security_protocol_map = \"CLIENT:SSL\"\n",
+             listener_security_protocol_map = \"CLIENT:SASL_PLAINTEXT\"\n",
         )
         .expect("write");
         let env = vec![(
@@ -1502,7 +1502,11 @@ mod tests {
         let c = Config::load(Some(&path), env.into_iter(), &flags).expect("load");
         let l = c.listeners().expect("listeners");
         assert_eq!(l.bound.len(), 2);
-        assert_eq!(l.bound[0].security_protocol, SecurityProtocol::Ssl);
+        // (SASL_PLAINTEXT rather than SSL: an SSL listener also needs certificate files.)
+        assert_eq!(
+            l.bound[0].security_protocol,
+            SecurityProtocol::SaslPlaintext
+        );
         assert_eq!(l.bound[1].security_protocol, SecurityProtocol::Plaintext);
         assert_eq!(l.advertised[0].host, "public.example");
         assert_eq!(l.inter_broker, "CLIENT");
@@ -1513,7 +1517,7 @@ mod tests {
         );
         assert_eq!(
             shown["listener.security.protocol.map"],
-            "CLIENT:SSL,PLAINTEXT:PLAINTEXT"
+            "CLIENT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT"
         );
 
         let env = vec![(
