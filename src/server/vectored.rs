@@ -48,20 +48,7 @@ pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) => return Err(e),
         };
-        // Advance (index, offset) by `sent` bytes.
-        let mut left = sent;
-        while left > 0 {
-            let Some(c) = chunks.get(index) else { break };
-            let here = c.len() - offset;
-            if left >= here {
-                left -= here;
-                index += 1;
-                offset = 0;
-            } else {
-                offset += left;
-                left = 0;
-            }
-        }
+        (index, offset) = advance(chunks, index, offset, sent);
     }
     Ok(())
 }
@@ -96,20 +83,7 @@ pub async fn write_all_through<W: AsyncWrite + Unpin>(
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        // Advance (index, offset) by `n` bytes.
-        let mut left = n;
-        while left > 0 {
-            let Some(c) = chunks.get(index) else { break };
-            let here = c.len() - offset;
-            if left >= here {
-                left -= here;
-                index += 1;
-                offset = 0;
-            } else {
-                offset += left;
-                left = 0;
-            }
-        }
+        (index, offset) = advance(chunks, index, offset, n);
         // Skip empty chunks so the loop ends when only they remain.
         while chunks.get(index).is_some_and(|c| c.len() <= offset) {
             index += 1;
@@ -117,6 +91,30 @@ pub async fn write_all_through<W: AsyncWrite + Unpin>(
         }
     }
     Ok(())
+}
+
+/// The position (`index`, `offset`) in `chunks` after `written` more bytes went out from
+/// (`index`, `offset`); never past the end.
+fn advance(
+    chunks: &[Bytes],
+    mut index: usize,
+    mut offset: usize,
+    written: usize,
+) -> (usize, usize) {
+    let mut left = written;
+    while left > 0 {
+        let Some(c) = chunks.get(index) else { break };
+        let here = c.len() - offset;
+        if left >= here {
+            left -= here;
+            index += 1;
+            offset = 0;
+        } else {
+            offset += left;
+            left = 0;
+        }
+    }
+    (index, offset)
 }
 
 /// One non-blocking `sendmsg` of the buffers from (`index`, `offset`) on.
@@ -154,4 +152,26 @@ fn send_dontwait(fd: RawFd, chunks: &[Bytes], index: usize, offset: usize) -> io
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Advancing walks over whole chunks, empty ones included, stops inside a partly written
+    /// one, and never runs past the end.
+    #[test]
+    fn advance_walks_whole_partial_and_empty_chunks() {
+        let chunks = [
+            Bytes::from_static(b"abc"),
+            Bytes::new(),
+            Bytes::from_static(b"de"),
+        ];
+        assert_eq!(advance(&chunks, 0, 0, 0), (0, 0));
+        assert_eq!(advance(&chunks, 0, 0, 2), (0, 2));
+        assert_eq!(advance(&chunks, 0, 0, 3), (1, 0));
+        assert_eq!(advance(&chunks, 0, 2, 2), (2, 1));
+        assert_eq!(advance(&chunks, 0, 0, 5), (3, 0));
+        assert_eq!(advance(&chunks, 2, 1, 9), (3, 0));
+    }
 }
