@@ -9,8 +9,11 @@ values and headers (order of headers kept, duplicates allowed).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -173,3 +176,24 @@ def short(b: bytes | None) -> str:
     if b is None:
         return "None"
     return repr(b[:40]) + (f"...({len(b)} bytes)" if len(b) > 40 else "")
+
+
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+JAVA_LIB = JAVA_DIR / "lib"
+
+
+def compile_java_checks(tmp_path_factory, name: str, sources: list[str]) -> Path:
+    """Compiles Java checks from tests/clients/java against the kafka-clients jars into a fresh
+    temp dir and returns it; skips (fails on CI) when javac or the jars are missing."""
+    import pytest
+
+    if shutil.which("javac") is None or not list(JAVA_LIB.glob("kafka-clients-*.jar")):
+        reason = f"javac or kafka-clients missing in {JAVA_LIB}; run tests/fetch-jars.sh clients"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    build = tmp_path_factory.mktemp(name)
+    r = subprocess.run(["javac", "-d", str(build), "-cp", f"{JAVA_LIB}/*:{build}"]
+                       + [str(JAVA_DIR / f) for f in sources], capture_output=True, timeout=180)
+    assert r.returncode == 0, r.stderr.decode()
+    return build

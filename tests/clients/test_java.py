@@ -4,11 +4,12 @@ tests/clients/java/ClientCheck.java, GroupCheck.java, AdminCheck.java and TxnChe
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from common import compile_java_checks
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 LIB = JAVA_DIR / "lib"
@@ -22,16 +23,7 @@ def classpath(build: Path) -> str:
 @pytest.fixture(scope="session")
 def java_build(tmp_path_factory) -> Path:
     """Compiles the checks once per session into a temp dir."""
-    if shutil.which("javac") is None or not list(LIB.glob("kafka-clients-*.jar")):
-        reason = f"javac or kafka-clients missing in {LIB}; run tests/fetch-jars.sh clients"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    build = tmp_path_factory.mktemp("java-build")
-    r = subprocess.run(["javac", "-d", str(build), "-cp", classpath(build)] + [str(JAVA_DIR / f) for f in SOURCES],
-                       capture_output=True, timeout=180)
-    assert r.returncode == 0, r.stderr.decode()
-    return build
+    return compile_java_checks(tmp_path_factory, "java-build", SOURCES)
 
 
 def run_java(java_build: Path, *args: str, timeout_s: float = 300, env: dict[str, str] | None = None) -> str:

@@ -6,8 +6,6 @@ served nothing; sessions expire and re-authenticate (KIP-368)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -19,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 import kproto
+from common import compile_java_checks
 from harness import free_port, strata_bin
 
 ADMIN = ("admin", "secret")
@@ -133,16 +132,7 @@ def kafka_python_round_trip(bootstrap, topic, mechanism, user, password):
 
 @pytest.fixture(scope="module")
 def java_build(tmp_path_factory) -> Path:
-    if shutil.which("javac") is None or not list(LIB.glob("kafka-clients-*.jar")):
-        reason = f"javac or kafka-clients missing in {LIB}; run tests/fetch-jars.sh clients"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    build = tmp_path_factory.mktemp("java-sasl")
-    r = subprocess.run(["javac", "-d", str(build), "-cp", f"{LIB}/*", str(JAVA_DIR / "SaslCheck.java")],
-                       capture_output=True, timeout=180)
-    assert r.returncode == 0, r.stderr.decode()
-    return build
+    return compile_java_checks(tmp_path_factory, "java-sasl", ["SaslCheck.java"])
 
 
 def java(java_build, *args, timeout_s=180) -> str:
