@@ -172,8 +172,10 @@ class ReferenceKafka:
         env = self._env("256m")
         env["KAFKA_OPTS"] = (env.get("KAFKA_OPTS", "") + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC").strip()
         env["KAFKA_LOG_LEVEL"] = "WARN"
-        r = subprocess.run([str(RUN_CLASS), "kafka.tools.StorageTool", "format", "--cluster-id",
-                            random_cluster_id(), "--config", str(self.config_path)],
+        r = subprocess.run([str(RUN_CLASS), "kafka.tools.StorageTool", "format",
+                            # `=` form: an id may start with '-' (1 in 32), which argparse
+                            # would otherwise take for an option and fail the format.
+                            f"--cluster-id={random_cluster_id()}", "--config", str(self.config_path)],
                            env=env, capture_output=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed ({r.returncode}):\n"
