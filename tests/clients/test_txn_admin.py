@@ -356,7 +356,14 @@ def test_idle_transactional_id_expires(broker_factory, monkeypatch):
     assert r.returncode != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr, "expiry was not durable"
 
     commit_transaction(bs, topic, "idle-id", [b"b"])
-    again = strata(bs, "txn", "describe", "idle-id").stdout
+    # EndTxn answers once PrepareCommit is stored, as Kafka's does; CompleteCommit follows
+    # the markers, so under load the first describe can still show PrepareCommit.
+    deadline = time.monotonic() + 10
+    while True:
+        again = strata(bs, "txn", "describe", "idle-id").stdout
+        if "State: CompleteCommit" in again or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert "State: CompleteCommit" in again
     assert again.split("Producer: id ")[1].split()[0] != first_pid
     values = read_committed(bs, topic)
