@@ -6,7 +6,9 @@ served nothing; sessions expire and re-authenticate (KIP-368)."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import time
@@ -70,15 +72,19 @@ def create_topic(bootstrap: str, topic: str) -> None:
     strata("topic", "create", topic, "--partitions", "1", "--bootstrap", bootstrap, *cli_auth())
 
 
-def librdkafka_conf(bootstrap: str, mechanism: str, user: str, password: str) -> dict:
-    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+def librdkafka_conf(bootstrap: str, mechanism: str, user: str, password: str, ca: Path | None = None) -> dict:
+    """librdkafka's settings for SASL_PLAINTEXT, or SASL_SSL verifying the server against `ca`."""
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": password}
+    if ca is not None:
+        conf |= {"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca)}
+    return conf
 
 
 # --- the four clients: each produces 5 records and reads them back -----------------------------
 
-def confluent_round_trip(bootstrap, topic, mechanism, user, password):
-    conf = librdkafka_conf(bootstrap, mechanism, user, password)
+def confluent_round_trip(bootstrap, topic, mechanism, user, password, ca=None):
+    conf = librdkafka_conf(bootstrap, mechanism, user, password, ca)
     p = Producer({**conf, "acks": "all"})
     for i in range(5):
         p.produce(topic, value=f"confluent {i}".encode(), partition=0)
@@ -95,9 +101,9 @@ def confluent_round_trip(bootstrap, topic, mechanism, user, password):
     assert got == [f"confluent {i}".encode() for i in range(5)]
 
 
-def kcat_round_trip(bootstrap, topic, mechanism, user, password):
-    auth = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
-            "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+def kcat_round_trip(bootstrap, topic, mechanism, user, password, ca=None):
+    auth = [arg for k, v in librdkafka_conf(bootstrap, mechanism, user, password, ca).items()
+            if k != "bootstrap.servers" for arg in ("-X", f"{k}={v}")]
     lines = "".join(f"kcat {i}\n" for i in range(5)).encode()
     r = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-X", "acks=all", *auth],
                        input=lines, capture_output=True, timeout=TIMEOUT_S)
@@ -109,15 +115,18 @@ def kcat_round_trip(bootstrap, topic, mechanism, user, password):
     assert got == [f"kcat {i}" for i in range(5)], r.stdout.decode()
 
 
-def kafka_python_conf(bootstrap, mechanism, user, password) -> dict:
-    return dict(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+def kafka_python_conf(bootstrap, mechanism, user, password, ca=None) -> dict:
+    conf = dict(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
                 sasl_plain_username=user, sasl_plain_password=password)
+    if ca is not None:
+        conf |= dict(security_protocol="SASL_SSL", ssl_cafile=str(ca))
+    return conf
 
 
-def kafka_python_round_trip(bootstrap, topic, mechanism, user, password):
+def kafka_python_round_trip(bootstrap, topic, mechanism, user, password, ca=None):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
-    conf = kafka_python_conf(bootstrap, mechanism, user, password)
+    conf = kafka_python_conf(bootstrap, mechanism, user, password, ca)
     p = KafkaProducer(acks="all", **conf)
     for i in range(5):
         p.send(topic, value=f"kafka-python {i}".encode(), partition=0).get(timeout=30)
@@ -135,8 +144,10 @@ def java_build(tmp_path_factory) -> Path:
     return compile_java_checks(tmp_path_factory, "java-sasl", ["SaslCheck.java"])
 
 
-def java(java_build, *args, timeout_s=180) -> str:
-    r = subprocess.run(["java", "-cp", f"{LIB}/*:{java_build}", "SaslCheck", *args],
+def java(java_build, *args, timeout_s=180, ca: Path | None = None) -> str:
+    """SaslCheck; with `ca`, over SASL_SSL trusting that CA (PEM truststore)."""
+    tls = [f"-Dstrata.truststore={ca}"] if ca is not None else []
+    r = subprocess.run(["java", *tls, "-cp", f"{LIB}/*:{java_build}", "SaslCheck", *args],
                        capture_output=True, timeout=timeout_s)
     out = r.stdout.decode() + r.stderr.decode()
     assert r.returncode == 0, out[-5000:]
@@ -181,11 +192,14 @@ def plain_token(user: str, password: str) -> bytes:
 
 def metadata_answered(sock, corr: int = 9) -> bool:
     """Sends Metadata v1 (all topics); True if answered, False if the broker closed."""
-    sock.sendall(kproto.request(API_METADATA, 1, corr, struct.pack(">i", -1)))
     try:
+        sock.sendall(kproto.request(API_METADATA, 1, corr, struct.pack(">i", -1)))
         got, _ = kproto.recv_response(sock)
         return got == corr
-    except (kproto.ProtocolError, ConnectionResetError):
+    except TimeoutError:
+        raise  # neither answered nor closed: the broker left the connection hanging
+    # A reset, or over TLS an EOF without close_notify (ssl.SSLError is an OSError).
+    except (kproto.ProtocolError, OSError):
         return False
 
 
@@ -366,3 +380,87 @@ def test_session_expiry_and_reauthentication(sasl_env, broker_factory, java_buil
             got.extend(r.value for r in recs)
     c.close()
     assert len(got) == 5
+
+
+# --- SASL_SSL: SASL inside TLS -------------------------------------------------------------------
+
+def start_sasl_ssl_broker(broker_factory, monkeypatch, pki, *listeners: str):
+    """A broker with a SASL_PLAINTEXT listener (the harness's readiness probe and the CLI) and
+    a SASL_SSL one serving the test CA's server certificate; `b.tls_bootstrap` is the latter."""
+    inner, outer = free_port(), free_port()
+    monkeypatch.setenv("STRATA_SSL_CERTIFICATE_LOCATION", str(pki.server_cert))
+    monkeypatch.setenv("STRATA_SSL_KEY_LOCATION", str(pki.server_key))
+    b = broker_factory(port=inner, extra_args=[
+        "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{inner},SASL_SSL://127.0.0.1:{outer}", *listeners])
+    b.tls_port = outer
+    b.tls_bootstrap = f"127.0.0.1:{outer}"
+    return b
+
+
+@pytest.fixture
+def pki(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    from test_tls import Pki
+    return Pki(tmp_path / "pki")
+
+
+def tls_connect(bootstrap: str, ca: Path) -> ssl.SSLSocket:
+    host, port = bootstrap.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(ca))
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    return ctx.wrap_socket(raw, server_hostname="localhost")
+
+
+def test_sasl_ssl_scram_with_every_client(sasl_env, broker_factory, monkeypatch, pki, java_build):
+    """Proves SASL_SSL end to end: SCRAM-SHA-512 inside TLS (server verified against the test
+    CA) with kcat, confluent-kafka, kafka-python and the Java client, each producing and
+    reading back; Metadata on the SASL_SSL listener advertises the SASL_SSL port."""
+    b = start_sasl_ssl_broker(broker_factory, monkeypatch, pki)
+    scram_set(b.bootstrap, "alice", "alice-pw")
+    tb = b.tls_bootstrap
+    clients = [("confluent", confluent_round_trip), ("kafka-python", kafka_python_round_trip)]
+    if shutil.which("kcat"):
+        clients.insert(0, ("kcat", kcat_round_trip))
+    for name, fn in clients:
+        topic = f"sasl-ssl-{name}"
+        create_topic(b.bootstrap, topic)
+        fn(tb, topic, "SCRAM-SHA-512", "alice", "alice-pw", ca=pki.ca)
+    create_topic(b.bootstrap, "sasl-ssl-java")
+    assert "OK" in java(java_build, tb, "sasl-ssl-java", "SCRAM-SHA-512", "alice", "alice-pw", ca=pki.ca)
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient(librdkafka_conf(tb, "SCRAM-SHA-512", "alice", "alice-pw", pki.ca)).list_topics(timeout=10)
+    assert [(x.host, x.port) for x in md.brokers.values()] == [("127.0.0.1", b.tls_port)]
+    # A wrong password inside TLS is refused as on SASL_PLAINTEXT.
+    out = java(java_build, tb, "sasl-ssl-java", "SCRAM-SHA-512", "alice", "wrong", "expect-fail", ca=pki.ca)
+    assert "REFUSED" in out and "Authentication failed" in out, out
+
+
+def test_sasl_ssl_client_skipping_sasl_is_closed_unserved(sasl_env, broker_factory, monkeypatch, pki):
+    """Proves a TLS client that completes the handshake but skips SASL on a SASL_SSL listener
+    is closed with nothing served: a raw Metadata request over TLS gets no answer (ApiVersions
+    still does, as Kafka), and librdkafka configured for SSL alone never learns the topics. A
+    cleartext SASL client on the SASL_SSL port is refused too."""
+    b = start_sasl_ssl_broker(broker_factory, monkeypatch, pki)
+    create_topic(b.bootstrap, "tls-hidden")
+    with tls_connect(b.tls_bootstrap, pki.ca) as s:
+        s.sendall(kproto.request(18, 0, 1, b""))  # ApiVersions v0
+        assert kproto.recv_response(s)[0] == 1
+        assert not metadata_answered(s)
+    with tls_connect(b.tls_bootstrap, pki.ca) as s:
+        assert handshake(s, "SCRAM-SHA-512")[0] == 0
+        assert not metadata_answered(s)
+    errors = []
+    c = Consumer({"bootstrap.servers": b.tls_bootstrap, "group.id": "g", "security.protocol": "ssl",
+                  "ssl.ca.location": str(pki.ca), "error_cb": lambda e: errors.append(e)})
+    with pytest.raises(KafkaException):
+        c.list_topics(timeout=5)
+    c.close()
+    # SASL without TLS on the TLS port: the TLS layer refuses the cleartext bytes.
+    c = Consumer({**librdkafka_conf(b.tls_bootstrap, "PLAIN", *ADMIN), "group.id": "g"})
+    with pytest.raises(KafkaException):
+        c.list_topics(timeout=5)
+    c.close()
+    log = b.log_path.read_text(errors="replace")
+    assert "panicked" not in log
+    confluent_round_trip(b.tls_bootstrap, "tls-hidden", "PLAIN", *ADMIN, ca=pki.ca)

@@ -1,4 +1,5 @@
-// The Java client (kafka-clients 4.1) over SASL_PLAINTEXT: produce records and read them back
+// The Java client (kafka-clients 4.1) over SASL_PLAINTEXT (or SASL_SSL, given
+// -Dstrata.truststore=CA.pem, a PEM truststore): produce records and read them back
 // with a group-less consumer, authenticating with PLAIN or SCRAM; or, with `expect-fail`, check
 // that the broker refuses the credentials (SaslAuthenticationException) and serves nothing.
 // With a hold time, the consumer keeps polling that long after the first read (to live through
@@ -27,6 +28,12 @@ public final class SaslCheck {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         p.put("security.protocol", "SASL_PLAINTEXT");
+        String truststore = System.getProperty("strata.truststore");
+        if (truststore != null) {
+            p.put("security.protocol", "SASL_SSL");
+            p.put("ssl.truststore.type", "PEM");
+            p.put("ssl.truststore.location", truststore);
+        }
         p.put("sasl.mechanism", mechanism);
         String module = mechanism.equals("PLAIN")
             ? "org.apache.kafka.common.security.plain.PlainLoginModule"
