@@ -63,19 +63,9 @@ pub async fn write_all_through<W: AsyncWrite + Unpin>(
     let mut index = 0;
     let mut offset = 0;
     while index < chunks.len() {
-        let mut slices: Vec<io::IoSlice<'_>> =
-            Vec::with_capacity((chunks.len() - index).min(IOVECS_PER_SEND_MAX));
-        for (i, c) in chunks
-            .iter()
-            .enumerate()
-            .skip(index)
-            .take(IOVECS_PER_SEND_MAX)
-        {
-            let start = if i == index { offset } else { 0 };
-            if let Some(part) = c.get(start..).filter(|p| !p.is_empty()) {
-                slices.push(io::IoSlice::new(part));
-            }
-        }
+        let slices: Vec<io::IoSlice<'_>> = pending_parts(chunks, index, offset)
+            .map(io::IoSlice::new)
+            .collect();
         if slices.is_empty() {
             break;
         }
@@ -91,6 +81,19 @@ pub async fn write_all_through<W: AsyncWrite + Unpin>(
         }
     }
     Ok(())
+}
+
+/// What one vectored write is given: the unsent parts of `chunks` from (`index`, `offset`)
+/// on, over at most `IOVECS_PER_SEND_MAX` chunks, empty parts left out (an empty iovec
+/// would make a write of 0 bytes look like a closed peer).
+fn pending_parts(chunks: &[Bytes], index: usize, offset: usize) -> impl Iterator<Item = &[u8]> {
+    chunks
+        .iter()
+        .enumerate()
+        .skip(index)
+        .take(IOVECS_PER_SEND_MAX)
+        .filter_map(move |(i, c)| c.get(if i == index { offset } else { 0 }..))
+        .filter(|part| !part.is_empty())
 }
 
 /// The position (`index`, `offset`) in `chunks` after `written` more bytes went out from
@@ -119,24 +122,12 @@ fn advance(
 
 /// One non-blocking `sendmsg` of the buffers from (`index`, `offset`) on.
 fn send_dontwait(fd: RawFd, chunks: &[Bytes], index: usize, offset: usize) -> io::Result<usize> {
-    let mut iovecs: Vec<libc::iovec> =
-        Vec::with_capacity((chunks.len() - index).min(IOVECS_PER_SEND_MAX));
-    for (i, c) in chunks
-        .iter()
-        .enumerate()
-        .skip(index)
-        .take(IOVECS_PER_SEND_MAX)
-    {
-        let start = if i == index { offset } else { 0 };
-        let Some(part) = c.get(start..) else { continue };
-        if part.is_empty() {
-            continue;
-        }
-        iovecs.push(libc::iovec {
+    let mut iovecs: Vec<libc::iovec> = pending_parts(chunks, index, offset)
+        .map(|part| libc::iovec {
             iov_base: part.as_ptr() as *mut libc::c_void,
             iov_len: part.len(),
-        });
-    }
+        })
+        .collect();
     if iovecs.is_empty() {
         return Ok(0);
     }
@@ -173,5 +164,24 @@ mod tests {
         assert_eq!(advance(&chunks, 0, 2, 2), (2, 1));
         assert_eq!(advance(&chunks, 0, 0, 5), (3, 0));
         assert_eq!(advance(&chunks, 2, 1, 9), (3, 0));
+    }
+
+    /// The parts handed to a write start inside the current chunk, skip empty chunks and
+    /// ones already sent, and stop after `IOVECS_PER_SEND_MAX` chunks.
+    #[test]
+    fn pending_parts_start_mid_chunk_and_skip_empty_ones() {
+        let chunks = [
+            Bytes::from_static(b"abc"),
+            Bytes::new(),
+            Bytes::from_static(b"de"),
+        ];
+        let parts = |i, o| pending_parts(&chunks, i, o).collect::<Vec<_>>();
+        assert_eq!(parts(0, 0), [&b"abc"[..], b"de"]);
+        assert_eq!(parts(0, 1), [&b"bc"[..], b"de"]);
+        assert_eq!(parts(0, 3), [&b"de"[..]]);
+        assert_eq!(parts(2, 1), [&b"e"[..]]);
+        assert!(parts(2, 2).is_empty() && parts(3, 0).is_empty());
+        let many = vec![Bytes::from_static(b"x"); IOVECS_PER_SEND_MAX + 5];
+        assert_eq!(pending_parts(&many, 0, 0).count(), IOVECS_PER_SEND_MAX);
     }
 }
