@@ -34,6 +34,8 @@ pub enum StartError {
     Config(#[from] crate::config::ConfigError),
     #[error("TLS settings: {message}")]
     Tls { message: String },
+    #[error("OAUTHBEARER settings: {message}")]
+    OAuth { message: String },
     #[error("cannot start shard {shard}: {message}")]
     Executor { shard: usize, message: String },
 }
@@ -116,6 +118,8 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     let listeners = config.listeners()?;
     // A missing or bad certificate fails the start here, not on the first TLS client.
     crate::server::tls::check(&config).map_err(|message| StartError::Tls { message })?;
+    // And an unusable JWKS here, not on the first OAUTHBEARER client.
+    crate::server::oauth::check(&config).map_err(|message| StartError::OAuth { message })?;
     // `host:port` of the registration is the inter-broker endpoint (what other brokers
     // dial); every advertised listener goes with it, for Metadata on each listener.
     let (host, port) = listeners

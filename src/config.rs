@@ -116,6 +116,21 @@ pub struct Config {
     /// long; the client must re-authenticate on the same connection before it ends, or the
     /// connection is closed at its next request. 0 = sessions never expire.
     pub connections_max_reauth_ms: i64,
+    /// Kafka's sasl.oauthbearer.jwks.endpoint.url: the JWKS (RFC 7517) whose keys sign the
+    /// OAUTHBEARER tokens, as a `file:` URL (`file:///etc/strata/jwks.json`); re-read when it
+    /// changes. Needed when OAUTHBEARER is in `sasl_enabled_mechanisms`.
+    pub sasl_oauthbearer_jwks_endpoint_url: String,
+    /// Kafka's sasl.oauthbearer.expected.issuer: when set, a token's `iss` must equal it.
+    pub sasl_oauthbearer_expected_issuer: String,
+    /// Kafka's sasl.oauthbearer.expected.audience, comma-separated: when set, a token's `aud`
+    /// must hold one of them; when empty, a token with an `aud` is refused (as Kafka).
+    pub sasl_oauthbearer_expected_audience: String,
+    /// Kafka's sasl.oauthbearer.sub.claim.name: the claim naming the principal.
+    pub sasl_oauthbearer_sub_claim_name: String,
+    /// Kafka's sasl.oauthbearer.scope.claim.name: the claim holding the token's scopes.
+    pub sasl_oauthbearer_scope_claim_name: String,
+    /// Kafka's sasl.oauthbearer.clock.skew.seconds: leeway for `exp` and `nbf`.
+    pub sasl_oauthbearer_clock_skew_seconds: i64,
     /// Kafka's fetch.max.bytes: the most a Fetch response carries, and the most read for one
     /// partition, whatever the request asks (at least one batch is always returned, KIP-74).
     pub fetch_max_bytes: usize,
@@ -305,6 +320,12 @@ impl Default for Config {
             sasl_plain_users: String::new(),
             connection_failed_authentication_delay_ms: 100,
             connections_max_reauth_ms: 0,
+            sasl_oauthbearer_jwks_endpoint_url: String::new(),
+            sasl_oauthbearer_expected_issuer: String::new(),
+            sasl_oauthbearer_expected_audience: String::new(),
+            sasl_oauthbearer_sub_claim_name: "sub".into(),
+            sasl_oauthbearer_scope_claim_name: "scope".into(),
+            sasl_oauthbearer_clock_skew_seconds: 30,
             fetch_max_bytes: 57_671_680,
             log_segment_bytes: 1_073_741_824,
             log_roll_ms: 604_800_000,
@@ -642,6 +663,8 @@ impl Config {
             .map_err(|m| invalid("sasl_enabled_mechanisms", m))?;
         self.plain_users()
             .map_err(|m| invalid("sasl_plain_users", m))?;
+        self.oauthbearer_settings()
+            .map_err(|(key, m)| invalid(key, m))?;
         if self.connections_max_reauth_ms < 0 {
             return Err(invalid(
                 "connections_max_reauth_ms",
@@ -751,13 +774,87 @@ impl Config {
                 continue;
             }
             let m = crate::security::sasl::Mechanism::from_name(name).ok_or_else(|| {
-                format!("unknown SASL mechanism `{name}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+                format!(
+                    "unknown SASL mechanism `{name}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, \
+                     OAUTHBEARER)"
+                )
             })?;
             if !out.contains(&m) {
                 out.push(m);
             }
         }
         Ok(out)
+    }
+
+    /// The JWKS file and the token checks for OAUTHBEARER, when it is enabled (`None`
+    /// otherwise: the settings are then ignored). Errors name the setting at fault.
+    pub fn oauthbearer_settings(
+        &self,
+    ) -> Result<
+        Option<(PathBuf, crate::security::sasl::jwt::ValidatorSettings)>,
+        (&'static str, String),
+    > {
+        let enabled = self
+            .sasl_mechanisms()
+            .map_err(|m| ("sasl_enabled_mechanisms", m))?
+            .contains(&crate::security::sasl::Mechanism::OAuthBearer);
+        if !enabled {
+            return Ok(None);
+        }
+        let key = "sasl_oauthbearer_jwks_endpoint_url";
+        let url = self.sasl_oauthbearer_jwks_endpoint_url.trim();
+        if url.is_empty() {
+            return Err((
+                key,
+                "OAUTHBEARER is enabled: set the JWKS file's `file:` URL".into(),
+            ));
+        }
+        // `file:///abs/path` (and Java's `file:/abs/path`). Strata fetches nothing over
+        // HTTP: an identity provider's JWKS is saved to a file, which is re-read on change.
+        let path = url
+            .strip_prefix("file://")
+            .or_else(|| url.strip_prefix("file:"))
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| {
+                (
+                    key,
+                    format!("{url:?}: only absolute file: URLs are supported"),
+                )
+            })?;
+        if self.sasl_oauthbearer_clock_skew_seconds < 0 {
+            return Err(("sasl_oauthbearer_clock_skew_seconds", "must be >= 0".into()));
+        }
+        let name = |key: &'static str, v: &str| {
+            let v = v.trim();
+            if v.is_empty() {
+                Err((key, "must not be empty".to_string()))
+            } else {
+                Ok(v.to_string())
+            }
+        };
+        let issuer = self.sasl_oauthbearer_expected_issuer.trim();
+        Ok(Some((
+            PathBuf::from(path),
+            crate::security::sasl::jwt::ValidatorSettings {
+                expected_issuer: (!issuer.is_empty()).then(|| issuer.to_string()),
+                expected_audience: self
+                    .sasl_oauthbearer_expected_audience
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                sub_claim_name: name(
+                    "sasl_oauthbearer_sub_claim_name",
+                    &self.sasl_oauthbearer_sub_claim_name,
+                )?,
+                scope_claim_name: name(
+                    "sasl_oauthbearer_scope_claim_name",
+                    &self.sasl_oauthbearer_scope_claim_name,
+                )?,
+                clock_skew_s: self.sasl_oauthbearer_clock_skew_seconds,
+            },
+        )))
     }
 
     /// `sasl_plain_users`, parsed: user -> password. A password may contain ':' (the first

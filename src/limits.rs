@@ -90,6 +90,16 @@ pub const SASL_FAILURE_LOG_INTERVAL_MS: u64 = 1_000;
 /// this bounds what an unauthenticated client can make the broker parse.
 pub const SASL_TOKEN_BYTES_MAX: usize = 64 * 1024;
 
+/// The largest JWKS file read for OAUTHBEARER, and the most keys kept from it. Real sets hold
+/// a handful of keys (a few KiB); the bounds keep a wrong path (a log file, say) from being
+/// read whole into every shard.
+pub const OAUTHBEARER_JWKS_BYTES_MAX: u64 = 1024 * 1024;
+pub const OAUTHBEARER_JWKS_KEYS_MAX: usize = 256;
+
+/// How often, at most, a shard looks at the JWKS file's modification time (on an OAUTHBEARER
+/// authentication) to reload rotated keys.
+pub const OAUTHBEARER_JWKS_RELOAD_CHECK_INTERVAL_MS: u64 = 1_000;
+
 const _: () = assert!(CONNECTION_READ_HEADER_BYTES >= 4);
 const _: () = assert!(CONNECTION_READ_CHUNK_MIN <= CONNECTION_READ_CHUNK_MAX);
 const _: () = assert!(MESH_CHANNEL_CAPACITY >= 16);

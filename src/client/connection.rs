@@ -120,7 +120,7 @@ impl Connection {
     /// Authenticates with SASL (SaslHandshake v1, then SaslAuthenticate), as a client must
     /// on a SASL_PLAINTEXT listener before anything else. SCRAM checks the server's signature.
     pub fn authenticate(&mut self, login: &SaslLogin) -> Result<()> {
-        use crate::security::sasl::{plain, Mechanism, ScramClient};
+        use crate::security::sasl::{oauthbearer, plain, Mechanism, ScramClient};
         let addr = self.addr.clone();
         let broker_err = |context: &str, code: i16, message: Option<String>| ClientError::Broker {
             context: format!("{context} with {addr}"),
@@ -165,6 +165,19 @@ impl Connection {
                 client
                     .verify_server_final(&server_final)
                     .map_err(|e| broker_err("SASL authentication", -1, Some(e.to_string())))?;
+            }
+            // The password is the token. A refused token is answered with an error
+            // challenge (RFC 7628): acknowledging it with 0x01 brings the broker's failure.
+            Mechanism::OAuthBearer => {
+                let challenge = exchange(self, oauthbearer::client_first(&login.password))?;
+                if !challenge.is_empty() {
+                    exchange(self, vec![0x01])?;
+                    return Err(broker_err(
+                        "SASL authentication",
+                        -1,
+                        Some(String::from_utf8_lossy(&challenge).into_owned()),
+                    ));
+                }
             }
         }
         Ok(())

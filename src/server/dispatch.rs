@@ -474,9 +474,19 @@ fn authenticate_token(
     let config = &ctx.shared.config;
     let plain_users = config.plain_users().unwrap_or_default();
     let catalog = ctx.shared.catalog.load();
+    // Loaded (or looked at for a change) only when a client uses OAUTHBEARER.
+    let oauth = session
+        .pending_mechanism()
+        .filter(|m| *m == crate::security::sasl::Mechanism::OAuthBearer)
+        .and_then(|_| super::oauth::validator(config, ctx.id));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let credentials = super::sasl::BrokerCredentials {
         plain_users: &plain_users,
         catalog: &catalog,
+        oauth: oauth.as_deref(),
+        now_ms,
     };
     let nonce = crate::security::sasl::nonce_from(&mut rand::thread_rng(), 32);
     let reauth_ms = u64::try_from(config.connections_max_reauth_ms).unwrap_or(0);

@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod handlers;
 pub mod ingest;
 pub mod metrics_http;
+pub mod oauth;
 pub mod route;
 pub mod sasl;
 pub mod tls;

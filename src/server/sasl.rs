@@ -17,7 +17,8 @@ use subtle::ConstantTimeEq;
 
 use crate::cluster::catalog::Catalog;
 use crate::security::sasl::{
-    Credentials, Mechanism, SaslServer, ScramCredential, ScramMechanism, Step,
+    Credentials, JwtError, JwtValidator, Mechanism, SaslServer, ScramCredential, ScramMechanism,
+    Step, ValidToken,
 };
 
 /// Where a connection is in authenticating.
@@ -92,6 +93,16 @@ impl SaslSession {
     /// The mechanism the connection authenticated with.
     pub fn mechanism(&self) -> Option<Mechanism> {
         self.mechanism
+    }
+
+    /// The mechanism of the exchange under way (handshaken or exchanging), if any.
+    pub fn pending_mechanism(&self) -> Option<Mechanism> {
+        match &self.state {
+            AuthState::Handshaken { mechanism, .. } | AuthState::Exchanging { mechanism, .. } => {
+                Some(*mechanism)
+            }
+            _ => None,
+        }
     }
 
     /// Whether the next frame is a raw SASL token (after a v0 SaslHandshake), not a request.
@@ -189,31 +200,53 @@ impl SaslSession {
                 };
                 TokenOutcome::Continue(bytes)
             }
-            Ok(Step::Done { user, response }) => {
+            Ok(Step::Done {
+                user,
+                response,
+                credential_lifetime_ms,
+            }) => {
                 if self.user.as_ref().is_some_and(|previous| *previous != user) {
                     // KIP-368: a re-authentication may not change who the connection is.
                     return TokenOutcome::Failed {
                         user: Some(user),
                         why: "re-authentication as a different user".into(),
                         mechanism,
+                        client_message: None,
                     };
                 }
+                let lifetime_ms = session_lifetime_ms(credential_lifetime_ms, reauth_ms);
                 self.state = AuthState::Authenticated;
                 self.user = Some(user.clone());
                 self.mechanism = Some(mechanism);
-                self.session_end = (reauth_ms > 0).then(|| now + Duration::from_millis(reauth_ms));
+                self.session_end = lifetime_ms.map(|ms| now + Duration::from_millis(ms));
                 TokenOutcome::Authenticated {
                     user,
                     response,
-                    session_lifetime_ms: i64::try_from(reauth_ms).unwrap_or(i64::MAX),
+                    session_lifetime_ms: lifetime_ms
+                        .map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
                 }
             }
             Err(e) => TokenOutcome::Failed {
                 user: e.user().map(str::to_string),
                 why: e.to_string(),
                 mechanism,
+                client_message: e.client_message(),
             },
         }
+    }
+}
+
+/// How long a session lasts, as Kafka's SaslServerAuthenticator computes it (KIP-368): the
+/// shorter of the credential's remaining lifetime (an OAUTHBEARER token's `exp`) and
+/// `connections_max_reauth_ms` (0 = no limit); `None` = the session never ends. A token
+/// already past `exp` (accepted within the clock skew) gets 1 ms, not Kafka's 0, which the
+/// client would read as "no limit".
+fn session_lifetime_ms(credential_lifetime_ms: Option<i64>, reauth_ms: u64) -> Option<u64> {
+    let credential = credential_lifetime_ms.map(|ms| u64::try_from(ms).unwrap_or(0).max(1));
+    let reauth = (reauth_ms > 0).then_some(reauth_ms);
+    match (credential, reauth) {
+        (Some(c), Some(r)) => Some(c.min(r)),
+        (c, r) => c.or(r),
     }
 }
 
@@ -245,6 +278,9 @@ pub enum TokenOutcome {
         user: Option<String>,
         why: String,
         mechanism: Mechanism,
+        /// The mechanism's own message for the client (OAUTHBEARER's), else `None` for the
+        /// generic one.
+        client_message: Option<String>,
     },
     /// No handshake came first (or the exchange is over): ILLEGAL_SASL_STATE, then close.
     IllegalState,
@@ -272,10 +308,13 @@ impl FailureLog {
 }
 
 /// The credentials a broker checks: static PLAIN users from the config, SCRAM credentials
-/// from the metadata image.
+/// from the metadata image, OAUTHBEARER tokens against the JWKS (`None`: not configured) at
+/// `now_ms` (wall-clock milliseconds since the epoch, what `exp` is compared with).
 pub struct BrokerCredentials<'a> {
     pub plain_users: &'a std::collections::BTreeMap<String, String>,
     pub catalog: &'a Catalog,
+    pub oauth: Option<&'a JwtValidator>,
+    pub now_ms: i64,
 }
 
 impl Credentials for BrokerCredentials<'_> {
@@ -288,6 +327,12 @@ impl Credentials for BrokerCredentials<'_> {
 
     fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
         self.catalog.scram_credential(user, mechanism).cloned()
+    }
+
+    fn validate_bearer(&self, token: &str) -> Result<ValidToken, JwtError> {
+        self.oauth
+            .ok_or(JwtError::NotConfigured)?
+            .validate(token, self.now_ms)
     }
 }
 
@@ -313,6 +358,8 @@ mod tests {
         let creds = BrokerCredentials {
             plain_users: &plain_users,
             catalog: &catalog,
+            oauth: None,
+            now_ms: 0,
         };
         let mut s = SaslSession::new(true);
         assert!(s.admit(ApiKey::ApiVersions, now).is_ok());
@@ -368,6 +415,8 @@ mod tests {
         let creds = BrokerCredentials {
             plain_users: &plain_users,
             catalog: &catalog,
+            oauth: None,
+            now_ms: 0,
         };
         let mut s = SaslSession::new(true);
         s.handle_handshake("PLAIN", &[Mechanism::Plain], 1).unwrap();

@@ -1,17 +1,21 @@
-//! SASL server side (RFC 4422) for Kafka's SaslAuthenticate: PLAIN (RFC 4616) and
-//! SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677), as Kafka's broker runs them.
+//! SASL server side (RFC 4422) for Kafka's SaslAuthenticate: PLAIN (RFC 4616),
+//! SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677) and OAUTHBEARER (RFC 7628, KIP-255,
+//! with JWTs validated as KIP-768's broker validator does), as Kafka's broker runs them.
 //!
 //! `SaslServer` is one authentication exchange: it is fed the client's tokens in order and
 //! answers each with the bytes to send back, until it reports the authenticated user or an
 //! error. Every parse of client bytes returns a typed `SaslError`; nothing here panics on
 //! what a client sends (proved by the property test in `scram.rs`). Secrets never appear in
 //! an error's message, so errors can be logged as they are.
+pub mod jwt;
+pub mod oauthbearer;
 pub mod plain;
 pub mod scram;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use jwt::{JwtError, JwtValidator, ValidToken};
 pub use scram::{ScramClient, ScramCredential, ScramMechanism};
 
 pub use crate::limits::SASL_TOKEN_BYTES_MAX;
@@ -21,13 +25,15 @@ pub use crate::limits::SASL_TOKEN_BYTES_MAX;
 pub enum Mechanism {
     Plain,
     Scram(ScramMechanism),
+    OAuthBearer,
 }
 
 impl Mechanism {
-    pub const ALL: [Mechanism; 3] = [
+    pub const ALL: [Mechanism; 4] = [
         Mechanism::Plain,
         Mechanism::Scram(ScramMechanism::Sha256),
         Mechanism::Scram(ScramMechanism::Sha512),
+        Mechanism::OAuthBearer,
     ];
 
     /// The IANA name clients send in SaslHandshake.
@@ -35,6 +41,7 @@ impl Mechanism {
         match self {
             Mechanism::Plain => "PLAIN",
             Mechanism::Scram(m) => m.name(),
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
@@ -75,6 +82,12 @@ pub enum SaslError {
     NonceMismatch,
     #[error("token received after the exchange ended")]
     Finished,
+    /// OAUTHBEARER: the token was refused (`why`: which check failed; never the token).
+    #[error("invalid OAUTHBEARER token: {why}")]
+    InvalidToken { why: String },
+    /// OAUTHBEARER: the GS2 authorization id is not the token's principal.
+    #[error("authorization id `{authzid}` differs from the token's principal `{user}`")]
+    TokenAuthzId { user: String, authzid: String },
 }
 
 impl SaslError {
@@ -83,7 +96,21 @@ impl SaslError {
         match self {
             SaslError::BadCredentials { user }
             | SaslError::UnknownUser { user }
-            | SaslError::AuthzIdMismatch { user, .. } => Some(user),
+            | SaslError::AuthzIdMismatch { user, .. }
+            | SaslError::TokenAuthzId { user, .. } => Some(user),
+            _ => None,
+        }
+    }
+
+    /// The message Kafka sends the client for this failure when it is the mechanism's own
+    /// (OAUTHBEARER's); `None` for the mechanism's generic "invalid credentials" message.
+    pub fn client_message(&self) -> Option<String> {
+        match self {
+            SaslError::InvalidToken { .. } => Some(oauthbearer::INVALID_TOKEN_JSON.to_string()),
+            SaslError::TokenAuthzId { user, authzid } => Some(format!(
+                "Authentication failed: Client requested an authorization id ({authzid}) that is \
+                 different from the token's principal name ({user})"
+            )),
             _ => None,
         }
     }
@@ -100,6 +127,11 @@ pub trait Credentials {
     fn plain_matches(&self, user: &str, password: &[u8]) -> bool;
     /// `user`'s SCRAM credential for `mechanism`.
     fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
+    /// Validates an OAUTHBEARER token now (the implementer holds the JWKS, the settings and
+    /// the clock). Without OAUTHBEARER configured, every token is refused.
+    fn validate_bearer(&self, _token: &str) -> Result<ValidToken, JwtError> {
+        Err(JwtError::NotConfigured)
+    }
 }
 
 /// What a token produced.
@@ -108,7 +140,13 @@ pub enum Step {
     /// Send these bytes and wait for the client's next token.
     Continue(Vec<u8>),
     /// Authenticated as `user`; send `response` (may be empty) and the exchange is over.
-    Done { user: String, response: Vec<u8> },
+    /// `credential_lifetime_ms`: how long the credential stays good (an OAUTHBEARER token's
+    /// time to `exp`), which bounds the session (KIP-368); `None` for passwords.
+    Done {
+        user: String,
+        response: Vec<u8>,
+        credential_lifetime_ms: Option<i64>,
+    },
 }
 
 /// One server-side authentication exchange.
@@ -122,6 +160,7 @@ enum State {
     Plain,
     // Boxed: the SCRAM state is a few hundred bytes, PLAIN's none.
     Scram(Box<scram::ScramServer>),
+    OAuthBearer(oauthbearer::OAuthBearerServer),
     Finished,
 }
 
@@ -132,6 +171,7 @@ impl SaslServer {
         let state = match mechanism {
             Mechanism::Plain => State::Plain,
             Mechanism::Scram(m) => State::Scram(Box::new(scram::ScramServer::new(m, server_nonce))),
+            Mechanism::OAuthBearer => State::OAuthBearer(oauthbearer::OAuthBearerServer::new()),
         };
         Self { state }
     }
@@ -158,12 +198,20 @@ impl SaslServer {
                 Ok(Step::Done {
                     user,
                     response: Vec::new(),
+                    credential_lifetime_ms: None,
                 })
             }
             State::Scram(mut server) => {
                 let step = server.handle_token(token, credentials)?;
                 if matches!(step, Step::Continue(_)) {
                     self.state = State::Scram(server);
+                }
+                Ok(step)
+            }
+            State::OAuthBearer(mut server) => {
+                let step = server.handle_token(token, credentials)?;
+                if matches!(step, Step::Continue(_)) {
+                    self.state = State::OAuthBearer(server);
                 }
                 Ok(step)
             }
@@ -183,7 +231,8 @@ pub fn nonce_from(rng: &mut impl rand::Rng, len: usize) -> String {
         .collect()
 }
 
-/// A fixed user for `fuzz_all`: "user", password "pencil", for every mechanism.
+/// A fixed user for `fuzz_all`: "user", password "pencil", for every mechanism; bearer
+/// tokens are checked against `jwt::fuzz_validator`.
 struct FuzzCredentials(ScramCredential);
 
 impl Credentials for FuzzCredentials {
@@ -193,12 +242,16 @@ impl Credentials for FuzzCredentials {
     fn scram(&self, user: &str, _: ScramMechanism) -> Option<ScramCredential> {
         (user == "user").then(|| self.0.clone())
     }
+    fn validate_bearer(&self, token: &str) -> Result<ValidToken, JwtError> {
+        jwt::fuzz_validator().validate(token, jwt::FUZZ_NOW_MS)
+    }
 }
 
 /// Runs `data` through every mechanism's server as a sequence of client tokens (split at
 /// 0xFF bytes, at most three), after a valid SCRAM client-first too, so the final-message
-/// parser is reached. The cargo-fuzz target `sasl_parsers` and the property tests call it:
-/// no input may panic.
+/// parser is reached; as a bearer token inside a well-formed OAUTHBEARER message, so the JWT
+/// parser is reached; and through the JWKS and JWT-claims parsers (`jwt::fuzz`). The
+/// cargo-fuzz target `sasl_parsers` and the property tests call it: no input may panic.
 pub fn fuzz_all(data: &[u8]) {
     static CREDENTIAL: std::sync::OnceLock<ScramCredential> = std::sync::OnceLock::new();
     let credential = CREDENTIAL.get_or_init(|| {
@@ -217,4 +270,11 @@ pub fn fuzz_all(data: &[u8]) {
             }
         }
     }
+    let mut bearer = b"n,,\x01auth=Bearer ".to_vec();
+    bearer.extend_from_slice(data);
+    bearer.extend_from_slice(b"\x01\x01");
+    let mut server = SaslServer::new(Mechanism::OAuthBearer, String::new());
+    let _ = server.handle_token(&bearer, &store);
+    let _ = server.handle_token(b"\x01", &store);
+    jwt::fuzz(data);
 }

@@ -257,6 +257,7 @@ impl ScramServer {
                 Ok(Step::Done {
                     user: user.clone(),
                     response,
+                    credential_lifetime_ms: None,
                 })
             }
         }
@@ -551,6 +552,7 @@ mod tests {
             Step::Done {
                 user: "user".into(),
                 response: b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=".to_vec(),
+                credential_lifetime_ms: None,
             }
         );
         let Step::Done { response, .. } = step else {
@@ -582,7 +584,7 @@ mod tests {
             let last = client.client_final(&first).unwrap();
             let result = server.handle_token(&last, &store);
             if ok {
-                let Ok(Step::Done { user, response }) = result else {
+                let Ok(Step::Done { user, response, .. }) = result else {
                     panic!("{result:?}")
                 };
                 assert_eq!(user, "alice");

@@ -29,9 +29,11 @@ pub enum After {
 pub fn failure_message(mechanism: Mechanism) -> String {
     match mechanism {
         Mechanism::Plain => "Authentication failed: Invalid username or password".to_string(),
-        Mechanism::Scram(m) => format!(
+        // Kafka's message for a SaslException from any mechanism but PLAIN (SCRAM's wrong
+        // proof, OAUTHBEARER's malformed message).
+        Mechanism::Scram(_) | Mechanism::OAuthBearer => format!(
             "Authentication failed during authentication due to invalid credentials with SASL \
-             mechanism {m}"
+             mechanism {mechanism}"
         ),
     }
 }
@@ -66,10 +68,13 @@ pub fn handle(
             user,
             why,
             mechanism,
+            client_message,
         } => (
             response
                 .with_error_code(ErrorCode::SaslAuthenticationFailed.code())
-                .with_error_message(Some(str_bytes(&failure_message(mechanism)))),
+                .with_error_message(Some(str_bytes(
+                    &client_message.unwrap_or_else(|| failure_message(mechanism)),
+                ))),
             After::Failed { user, why },
         ),
         TokenOutcome::IllegalState => (
@@ -103,6 +108,8 @@ mod tests {
         let creds = BrokerCredentials {
             plain_users: &users,
             catalog: &catalog,
+            oauth: None,
+            now_ms: 0,
         };
         let now = Instant::now();
         let req = |pw: &str| {
