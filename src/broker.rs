@@ -88,6 +88,11 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
             path: config.data_dir.clone(),
             source,
         })?;
+    // Logs a previous run renamed for deletion but did not finish removing (a crash or a
+    // shutdown in between): no shard serves them; remove them before any shard starts.
+    if let Err(e) = crate::storage::partition_dir::remove_deleted_dirs(&config.data_dir) {
+        warn!("cannot look for deleted logs to remove: {e}");
+    }
     let nr_shards = if config.shards == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())

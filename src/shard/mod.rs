@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crate::cluster::catalog::CatalogStore;
 use crate::config::{log_config_from, Config};
 use crate::limits::PARTITION_DIR_RELEASE_WAIT_MS;
+use crate::storage::partition_dir::Prepared;
 use crate::storage::{LogConfig, MemoryBudget, Partition};
 
 /// A topic's partition: the key under which a shard holds, routes and replicates it.
@@ -137,12 +138,19 @@ impl Shared {
     }
 }
 
+/// An open log and the id of the topic it belongs to: a name may since have been deleted
+/// and given to a new topic, whose log this is not.
+struct OpenLog {
+    topic_id: u128,
+    log: Rc<Partition>,
+}
+
 /// One shard's state.
 pub struct ShardCtx {
     pub id: usize,
     pub shared: Arc<Shared>,
     /// topic -> partition index -> open partition. Only partitions placed on this shard.
-    partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    partitions: RefCell<HashMap<String, HashMap<i32, OpenLog>>>,
     /// Serialises opening partitions so two requests never open the same one twice.
     open_lock: futures::lock::Mutex<()>,
     pub mesh: mesh::Mesh,
@@ -193,24 +201,52 @@ impl ShardCtx {
         }
     }
 
-    /// The open partition, if this shard has it open.
+    /// The open partition, if this shard has it open as the log of the topic the latest
+    /// metadata names so. Requests are routed by the latest metadata, which this shard may
+    /// not have applied yet: a topic deleted and created again under the same name is then
+    /// still open here as the old topic's log, and serving it would answer for the new
+    /// topic with the old one's records. `None` then, and the callers apply the metadata
+    /// (which deletes the old log and opens the new one) before serving.
     pub fn local_partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        let map = self.partitions.borrow();
+        let open = map.get(topic)?.get(&partition)?;
+        // Up to date with the latest image: the open log is its topic's (a cheap atomic
+        // compare on the data path; the catalog is read only while the shard lags).
+        if self.shared.catalog.version() != self.replicas.applied_version() {
+            let current = self.shared.catalog.load().topic(topic).map(|t| t.id);
+            if current != Some(open.topic_id) {
+                return None;
+            }
+        }
+        Some(open.log.clone())
+    }
+
+    /// Whether a log of `topic`-`partition` is open here, whichever topic of that name it
+    /// belongs to.
+    fn holds(&self, topic: &str, partition: i32) -> bool {
         self.partitions
             .borrow()
             .get(topic)
-            .and_then(|m| m.get(&partition))
-            .cloned()
+            .is_some_and(|m| m.contains_key(&partition))
     }
 
     /// The partition, opening it first if the catalog places it here but it is not open yet
     /// (a request racing topic creation). `None` if the catalog does not place it here.
     pub async fn partition(
-        &self,
+        self: &Rc<Self>,
         topic: &str,
         partition: i32,
     ) -> Result<Option<Rc<Partition>>, crate::storage::Error> {
         if let Some(p) = self.local_partition(topic, partition) {
             return Ok(Some(p));
+        }
+        if self.holds(topic, partition) {
+            // Open as an older topic of this name (see `local_partition`): applying the
+            // metadata deletes that log and opens this topic's.
+            replica::apply_metadata(self).await;
+            if let Some(p) = self.local_partition(topic, partition) {
+                return Ok(Some(p));
+            }
         }
         let catalog = self.shared.catalog.load();
         let Some(meta) = catalog.topic(topic) else {
@@ -226,23 +262,41 @@ impl ShardCtx {
             return Ok(None);
         }
         let config = self.shared.topic_log_config(&meta.configs);
-        self.open_partition(topic, partition, config)
+        self.open_partition(topic, partition, meta.id, config)
             .await
             .map(Some)
     }
 
-    /// Opens (recovering) a partition placed on this shard, once.
+    /// Opens (recovering) a partition of topic `topic_id` placed on this shard, once. Its
+    /// directory's `partition.metadata` must name the same topic: a directory another topic
+    /// of this name left (a broker down while it was deleted and created again) is moved
+    /// aside for deletion and the log starts empty (`storage::partition_dir::prepare`).
     pub async fn open_partition(
         &self,
         topic: &str,
         partition: i32,
+        topic_id: u128,
         config: LogConfig,
     ) -> Result<Rc<Partition>, crate::storage::Error> {
         let _guard = self.open_lock.lock().await;
-        if let Some(p) = self.local_partition(topic, partition) {
-            return Ok(p);
-        }
         let dir = self.shared.partition_dir(topic, partition);
+        {
+            let map = self.partitions.borrow();
+            if let Some(open) = map.get(topic).and_then(|m| m.get(&partition)) {
+                if open.topic_id == topic_id {
+                    return Ok(open.log.clone());
+                }
+                // The old topic's log must be deleted first (`replica::apply_metadata` does).
+                return Err(crate::storage::Error::io(
+                    dir,
+                    "open",
+                    std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "still open as the log of a deleted topic of the same name",
+                    ),
+                ));
+            }
+        }
         let deadline = self.shared.clock.monotonic_ms() + PARTITION_DIR_RELEASE_WAIT_MS;
         while !self.shared.claim_dir(&dir) {
             if self.shared.clock.monotonic_ms() >= deadline {
@@ -257,8 +311,35 @@ impl ShardCtx {
             }
             glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
         }
-        // Every log is a replica: the replication layer (`replica`) moves its high watermark.
-        let p = match Partition::open_replicated(dir.clone(), config).await {
+        let opened = async {
+            match crate::storage::partition_dir::prepare(&dir, topic_id).await? {
+                Prepared::ReplacedStale { stale_id, moved_to } => {
+                    tracing::warn!(
+                        topic,
+                        partition,
+                        stale_topic_id = %uuid::Uuid::from_u128(stale_id),
+                        topic_id = %uuid::Uuid::from_u128(topic_id),
+                        moved_to = %moved_to.display(),
+                        "the directory held a deleted topic's log of the same name: never served, deleting it"
+                    );
+                    if let Err(e) = std::fs::remove_dir_all(&moved_to) {
+                        tracing::warn!(dir = %moved_to.display(), error = %e, "cannot remove a deleted log; the next start will");
+                    }
+                }
+                Prepared::Adopted => {
+                    tracing::info!(
+                        topic,
+                        partition,
+                        "recorded the topic id of a log written without one"
+                    );
+                }
+                Prepared::Created | Prepared::Existing => {}
+            }
+            // Every log is a replica: the replication layer (`replica`) moves its high
+            // watermark.
+            Partition::open_replicated(dir.clone(), config).await
+        };
+        let p = match opened.await {
             Ok(p) => p,
             Err(e) => {
                 self.shared.release_dir(&dir);
@@ -271,7 +352,13 @@ impl ShardCtx {
             .borrow_mut()
             .entry(topic.to_string())
             .or_default()
-            .insert(partition, p.clone());
+            .insert(
+                partition,
+                OpenLog {
+                    topic_id,
+                    log: p.clone(),
+                },
+            );
         Ok(p)
     }
 
@@ -282,7 +369,7 @@ impl ShardCtx {
         if map.get(topic).is_some_and(|m| m.is_empty()) {
             map.remove(topic);
         }
-        removed
+        removed.map(|open| open.log)
     }
 
     /// Every open partition of this shard.
@@ -290,8 +377,29 @@ impl ShardCtx {
         let map = self.partitions.borrow();
         let mut out = Vec::new();
         for (t, parts) in map.iter() {
-            for (i, p) in parts.iter() {
-                out.push((t.clone(), *i, p.clone()));
+            for (i, open) in parts.iter() {
+                out.push((t.clone(), *i, open.log.clone()));
+            }
+        }
+        out
+    }
+
+    /// Open logs of a topic the catalog now knows under another id: the name was deleted and
+    /// given to a new topic since they were opened.
+    pub fn stale_partitions(
+        &self,
+        catalog: &crate::cluster::catalog::Catalog,
+    ) -> Vec<(String, i32, Rc<Partition>)> {
+        let map = self.partitions.borrow();
+        let mut out = Vec::new();
+        for (t, parts) in map.iter() {
+            let Some(meta) = catalog.topic(t) else {
+                continue;
+            };
+            for (i, open) in parts.iter() {
+                if open.topic_id != meta.id {
+                    out.push((t.clone(), *i, open.log.clone()));
+                }
             }
         }
         out
@@ -302,7 +410,7 @@ impl ShardCtx {
         self.partitions
             .borrow()
             .get(topic)
-            .map(|m| m.iter().map(|(i, p)| (*i, p.clone())).collect())
+            .map(|m| m.iter().map(|(i, open)| (*i, open.log.clone())).collect())
             .unwrap_or_default()
     }
 }

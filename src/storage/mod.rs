@@ -18,7 +18,8 @@
 //! `time_index.rs` (sparse indexes), `recovery.rs` (open, scan, truncate, rebuild),
 //! `producer_state.rs` (idempotence rules and open transactions, sans-IO), `txn_index.rs`
 //! (the aborted-transaction index, `.txnindex`), `retention.rs` (which segments go,
-//! pure), `tail_cache.rs`, `state_file.rs` (atomic small files, rkyv; the HW checkpoint
+//! pure), `tail_cache.rs`, `partition_dir.rs` (`partition.metadata`, the topic id a directory
+//! belongs to, and deletion by renaming to `-delete` first), `state_file.rs` (atomic small files, rkyv; the HW checkpoint
 //! and the full-truncation intent), `epoch_checkpoint.rs` (`leader-epoch-checkpoint`,
 //! Kafka's text format), `file_io.rs` (the
 //! fault-injectable direct-I/O trait), `notify.rs` (waiter wake-ups), `config.rs`.
@@ -41,6 +42,7 @@ mod file_io;
 mod index;
 pub mod notify;
 mod partition;
+pub mod partition_dir;
 pub mod producer_state;
 mod recovery;
 mod retention;

@@ -11,8 +11,9 @@ pub async fn open(
     partitions: Vec<i32>,
     config: LogConfig,
 ) -> Result<(), String> {
+    let topic_id = ctx.shared.catalog.load().topic(topic).map_or(0, |t| t.id);
     for p in partitions {
-        if let Err(e) = ctx.open_partition(topic, p, config.clone()).await {
+        if let Err(e) = ctx.open_partition(topic, p, topic_id, config.clone()).await {
             return Err(format!("cannot open {topic}-{p}: {e}"));
         }
     }
@@ -36,8 +37,13 @@ pub async fn drop(ctx: &Rc<ShardCtx>, topic: &str, partitions: Vec<i32>) -> Resu
                 // created again there).
                 let dir = ctx.shared.partition_dir(topic, i);
                 if dir.exists() && ctx.shared.claim_dir(&dir) {
-                    if let Err(e) = std::fs::remove_dir_all(&dir) {
-                        result = Err(format!("cannot delete {}: {e}", dir.display()));
+                    match crate::storage::partition_dir::rename_for_delete(&dir) {
+                        Ok(moved) => {
+                            if let Err(e) = std::fs::remove_dir_all(&moved) {
+                                result = Err(format!("cannot delete {}: {e}", moved.display()));
+                            }
+                        }
+                        Err(e) => result = Err(format!("cannot delete {}: {e}", dir.display())),
                     }
                     ctx.shared.release_dir(&dir);
                 }

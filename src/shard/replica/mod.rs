@@ -88,10 +88,6 @@ pub struct Replicas {
     /// offline replicas). Not opened again until the broker restarts, as Kafka keeps a
     /// failed log dir offline; requests for them get KAFKA_STORAGE_ERROR.
     offline: RefCell<HashMap<TopicPartition, String>>,
-    /// The topic id each topic name had when this shard last applied metadata: a name
-    /// whose id changed was deleted and created again in between, and its old replicas
-    /// must go before the new topic's open (same directory names, different logs).
-    topic_ids: RefCell<HashMap<String, u128>>,
 }
 
 /// How a replica answers a request that needs its leader.
@@ -102,6 +98,12 @@ pub enum LeaderCheck {
 }
 
 impl Replicas {
+    /// The catalog version this shard last applied (`CatalogStore::version`); 0 before the
+    /// first application.
+    pub fn applied_version(&self) -> u64 {
+        self.applied_version.get()
+    }
+
     /// Why this broker's replica of `tp` is offline, if it is.
     pub fn offline_reason(&self, tp: &TopicPartition) -> Option<String> {
         self.offline.borrow().get(tp).cloned()
@@ -191,32 +193,11 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
     }
     let catalog = ctx.shared.catalog.load();
     let me = NodeId(catalog.local_node);
-    // A topic deleted and created again under the same name since the last application
-    // (the two changes arrived together): the open replicas hold the old topic's log.
-    let recreated: HashSet<String> = {
-        let mut ids = ctx.replicas.topic_ids.borrow_mut();
-        let recreated = catalog
-            .topics
-            .values()
-            .filter(|t| ids.get(&t.name).is_some_and(|&id| id != t.id))
-            .map(|t| t.name.clone())
-            .collect();
-        *ids = catalog
-            .topics
-            .values()
-            .map(|t| (t.name.clone(), t.id))
-            .collect();
-        recreated
-    };
-    if !recreated.is_empty() {
-        let old: Vec<(String, i32, Rc<Partition>)> = ctx
-            .all_partitions()
-            .into_iter()
-            .filter(|(t, _, _)| recreated.contains(t))
-            .collect();
-        for (topic, i, p) in old {
-            forget_replica(ctx, &topic, i, p, "of a topic deleted and created again").await;
-        }
+    // A topic deleted and created again under the same name since this shard opened its
+    // log (both changes may arrive in one image): the open log is the old topic's, and must
+    // go before the new topic's opens in a fresh directory of the same name.
+    for (topic, i, p) in ctx.stale_partitions(&catalog) {
+        forget_replica(ctx, &topic, i, p, "of a topic deleted and created again").await;
     }
     let live: HashSet<i32> = catalog.live_brokers().map(|b| b.node_id).collect();
     let mut wanted = HashSet::new();
@@ -239,7 +220,7 @@ pub async fn apply_metadata(ctx: &Rc<ShardCtx>) {
                 continue;
             }
             let p = match ctx
-                .open_partition(&tp.topic, tp.partition, config.clone())
+                .open_partition(&tp.topic, tp.partition, topic.id, config.clone())
                 .await
             {
                 Ok(p) => p,

@@ -587,13 +587,26 @@ impl Partition {
 
     /// Flushes and fsyncs everything, writes the active segment's indexes, a producer
     /// snapshot and the log start, and stops the flusher. Idempotent.
+    /// A close already under way is waited for, so that once this returns nothing of the
+    /// log writes by path any more (`delete` renames the directory next).
     pub async fn close(&self) -> Result<(), Error> {
-        {
-            let mut inner = self.inner.borrow_mut();
-            if inner.closed || inner.closing {
+        loop {
+            let listener = {
+                let mut inner = self.inner.borrow_mut();
+                if inner.closed {
+                    return Ok(());
+                }
+                if !inner.closing {
+                    inner.closing = true;
+                    break;
+                }
+                // `progress` is notified when the other close sets `closed`.
+                self.progress.listen()
+            };
+            if self.inner.borrow().closed {
                 return Ok(());
             }
-            inner.closing = true;
+            listener.await;
         }
         self.flush_wakeup.notify_all();
         while self.flusher_running.get() {
@@ -692,12 +705,33 @@ impl Partition {
         Ok(())
     }
 
-    /// close + remove the directory (DeleteTopics).
-    pub async fn delete(&self) -> Result<(), Error> {
+    /// Deletes the log (DeleteTopics, a replica moved away): closes it, so nothing of it
+    /// writes by path any more, then renames its directory to `<name>.<uuid>-delete`
+    /// (`partition_dir::rename_for_delete`: the name is free at once for a topic created
+    /// again, and a crash never leaves a half-deleted log under the live name) and removes
+    /// the renamed directory in a background task. Returns the renamed path (`None` if the
+    /// directory was already gone).
+    pub async fn delete(&self) -> Result<Option<PathBuf>, Error> {
         if let Err(e) = self.close().await {
             tracing::warn!(error = %e, "flush failed while deleting the partition; deleting anyway");
         }
-        std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, "remove dir", e))
+        let moved = match super::partition_dir::rename_for_delete(&self.dir) {
+            Ok(moved) => moved,
+            Err(Error::Io {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let removing = moved.clone();
+        glommio::spawn_local(async move {
+            // Startup removes what a crash or shutdown leaves (`remove_deleted_dirs`).
+            if let Err(e) = std::fs::remove_dir_all(&removing) {
+                tracing::warn!(dir = %removing.display(), error = %e, "cannot remove a deleted log; the next start will");
+            }
+        })
+        .detach();
+        Ok(Some(moved))
     }
 
     /// Test hook simulating `kill -9`: stops all I/O where it stands (an in-flight write or

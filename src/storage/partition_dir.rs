@@ -1,0 +1,465 @@
+//! A partition directory's identity and its deletion, as Kafka keeps them.
+//!
+//! Directory names repeat: `<topic>-<partition>` is the same for a topic deleted and created
+//! again under the same name, whose log must start empty. Two defences, both Kafka's:
+//!
+//! - `partition.metadata` (Kafka's file and text format) holds the topic id the directory was
+//!   created for, written and fsynced before any log file. Opening a replica compares it with
+//!   the topic id of the metadata: a directory of another topic (left by a broker that was
+//!   down while its topic was deleted and created again, or by a crash mid-deletion) is never
+//!   served; it is moved aside and deleted, and the replica starts in a fresh directory.
+//!
+//!   ```text
+//!   version: 0
+//!   topic_id: <the id, Kafka's base64url form>
+//!   ```
+//!
+//! - Deleting a log renames its directory first, to `<topic>-<partition>.<uuid>-delete`
+//!   (atomic, its parent fsynced), and removes the renamed directory afterwards. The name is
+//!   free at once for a topic created again, a crash mid-removal never leaves a half-deleted
+//!   log under the live name, and leftover `-delete` directories are removed at startup
+//!   (`remove_deleted_dirs`).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+
+use super::state_file;
+use super::Error;
+
+pub(crate) const PARTITION_METADATA_FILE: &str = "partition.metadata";
+const VERSION: u32 = 0;
+/// Ends the name of a directory moved aside for deletion (Kafka's `-delete`).
+pub(crate) const DELETE_SUFFIX: &str = "-delete";
+
+/// Why a `partition.metadata` file cannot be trusted. The directory is then neither served
+/// nor deleted: whose log it holds is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataFileError {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("missing the `{0}` line")]
+    Missing(&'static str),
+    #[error("line {line} is not `{expected}: <value>`")]
+    Malformed { line: usize, expected: &'static str },
+    #[error("unsupported version `{0}`")]
+    UnsupportedVersion(String),
+    #[error("topic id `{0}` is not a base64url UUID")]
+    BadTopicId(String),
+    #[error("the zero topic id")]
+    ZeroTopicId,
+    #[error("unexpected content after the topic id")]
+    TrailingContent,
+}
+
+/// The file's bytes for `topic_id`.
+pub(crate) fn render(topic_id: u128) -> Vec<u8> {
+    let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(topic_id.to_be_bytes());
+    format!("version: {VERSION}\ntopic_id: {id}\n").into_bytes()
+}
+
+/// Parses the file strictly; any deviation is an error, never a guess.
+pub(crate) fn parse(bytes: &[u8]) -> Result<u128, MetadataFileError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| MetadataFileError::NotUtf8)?;
+    let mut lines = text.lines();
+    let mut field = |line: usize, key: &'static str| -> Result<&str, MetadataFileError> {
+        let l = lines.next().ok_or(MetadataFileError::Missing(key))?;
+        let (k, v) = l.split_once(':').ok_or(MetadataFileError::Malformed {
+            line,
+            expected: key,
+        })?;
+        if k.trim() != key {
+            return Err(MetadataFileError::Malformed {
+                line,
+                expected: key,
+            });
+        }
+        Ok(v.trim())
+    };
+    let version = field(1, "version")?;
+    if version.parse::<u32>().ok() != Some(VERSION) {
+        return Err(MetadataFileError::UnsupportedVersion(version.to_string()));
+    }
+    let id = field(2, "topic_id")?;
+    let bad = || MetadataFileError::BadTopicId(id.chars().take(64).collect());
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(id)
+        .map_err(|_| bad())?;
+    let raw: [u8; 16] = raw.try_into().map_err(|_| bad())?;
+    let topic_id = u128::from_be_bytes(raw);
+    if topic_id == 0 {
+        return Err(MetadataFileError::ZeroTopicId);
+    }
+    if lines.any(|l| !l.trim().is_empty()) {
+        return Err(MetadataFileError::TrailingContent);
+    }
+    Ok(topic_id)
+}
+
+/// The topic id `dir` was created for; `None` if it has no `partition.metadata` (a log
+/// written before the file existed).
+pub(crate) async fn read_topic_id(dir: &Path) -> Result<Option<u128>, Error> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    let Some(bytes) = state_file::read_raw(&path).await? else {
+        return Ok(None);
+    };
+    parse(&bytes)
+        .map(Some)
+        .map_err(|e| Error::corruption(path, 0, e.to_string()))
+}
+
+/// Writes `partition.metadata` atomically (temp, fsync, rename, fsync the directory).
+pub(crate) async fn write_topic_id(dir: &Path, topic_id: u128) -> Result<(), Error> {
+    state_file::write_atomic(dir, PARTITION_METADATA_FILE, render(topic_id)).await
+}
+
+/// What `prepare` found in a partition's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// No directory: created, holding only `partition.metadata`.
+    Created,
+    /// The topic's own log.
+    Existing,
+    /// A log without `partition.metadata` (written before it existed): taken as the topic's,
+    /// as Kafka does on upgrade, and the file written.
+    Adopted,
+    /// Another topic's log (`stale_id`): moved aside to `moved_to` for deletion; the
+    /// directory was created again, empty.
+    ReplacedStale { stale_id: u128, moved_to: PathBuf },
+}
+
+/// Makes `dir` hold `topic_id`'s log before it is opened (see the module comment). A topic
+/// id of 0 (unknown) skips the check. The caller must know that no open log uses `dir`.
+pub async fn prepare(dir: &Path, topic_id: u128) -> Result<Prepared, Error> {
+    if topic_id == 0 {
+        return Ok(Prepared::Existing);
+    }
+    let exists = dir
+        .try_exists()
+        .map_err(|e| Error::io(dir, "stat dir", e))?;
+    if exists {
+        match read_topic_id(dir).await? {
+            Some(id) if id == topic_id => return Ok(Prepared::Existing),
+            None => {
+                write_topic_id(dir, topic_id).await?;
+                return Ok(Prepared::Adopted);
+            }
+            Some(stale_id) => {
+                let moved_to = rename_for_delete(dir)?;
+                create(dir, topic_id).await?;
+                return Ok(Prepared::ReplacedStale { stale_id, moved_to });
+            }
+        }
+    }
+    create(dir, topic_id).await?;
+    Ok(Prepared::Created)
+}
+
+/// Creates `dir` with its `partition.metadata`, durable before any log file is written.
+async fn create(dir: &Path, topic_id: u128) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create dir", e))?;
+    write_topic_id(dir, topic_id).await?;
+    sync_parent(dir)
+}
+
+/// Moves `dir` aside to `<name>.<uuid>-delete` (atomic; the parent fsynced) and returns the
+/// new path. The name is free as soon as this returns.
+pub fn rename_for_delete(dir: &Path) -> Result<PathBuf, Error> {
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::corruption(dir, 0, "a partition directory needs a UTF-8 name"))?;
+    let id = uuid::Uuid::new_v4().simple();
+    let to = dir.with_file_name(format!("{name}.{id}{DELETE_SUFFIX}"));
+    std::fs::rename(dir, &to).map_err(|e| Error::io(dir, "rename for deletion", e))?;
+    sync_parent(&to)?;
+    Ok(to)
+}
+
+/// Is `name` a directory `rename_for_delete` made (`<anything>.<32 hex digits>-delete`)?
+pub fn is_deleted_dir_name(name: &str) -> bool {
+    name.strip_suffix(DELETE_SUFFIX)
+        .and_then(|stem| stem.rsplit_once('.'))
+        .is_some_and(|(base, id)| {
+            !base.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
+/// Removes every directory in `data_dir` left for deletion by a previous run (a crash or
+/// shutdown between the rename and the removal). Returns how many went; one that cannot be
+/// removed is logged and left for the next start.
+pub fn remove_deleted_dirs(data_dir: &Path) -> Result<usize, Error> {
+    let entries = std::fs::read_dir(data_dir).map_err(|e| Error::io(data_dir, "read dir", e))?;
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(data_dir, "read dir", e))?;
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || !entry.file_name().to_str().is_some_and(is_deleted_dir_name) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                tracing::info!(dir = %path.display(), "removed a log left for deletion");
+                removed += 1;
+            }
+            Err(e) => {
+                tracing::warn!(dir = %path.display(), error = %e, "cannot remove a log left for deletion")
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// fsyncs the directory holding `path`, so a rename or creation in it is durable.
+fn sync_parent(path: &Path) -> Result<(), Error> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(parent, "fsync dir", e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const ID: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
+
+    #[test]
+    fn render_then_parse_round_trips() {
+        let bytes = render(ID);
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.starts_with("version: 0\ntopic_id: "), "{text}");
+        assert_eq!(parse(&bytes), Ok(ID));
+    }
+
+    #[test]
+    fn parses_kafkas_file() {
+        // Uuid.toString() of Kafka: base64url, no padding, 22 characters.
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(ID.to_be_bytes());
+        assert_eq!(id.len(), 22);
+        let file = format!("version: 0\ntopic_id: {id}");
+        assert_eq!(parse(file.as_bytes()), Ok(ID));
+    }
+
+    #[test]
+    fn bad_content_is_a_typed_error() {
+        use MetadataFileError as E;
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(ID.to_be_bytes());
+        let cases: Vec<(Vec<u8>, E)> = vec![
+            (vec![], E::Missing("version")),
+            (vec![0xff, 0xfe, 0x00], E::NotUtf8),
+            (b"version: 0\n".to_vec(), E::Missing("topic_id")),
+            (
+                b"garbage".to_vec(),
+                E::Malformed {
+                    line: 1,
+                    expected: "version",
+                },
+            ),
+            (
+                format!("topic_id: {id}\nversion: 0\n").into_bytes(),
+                E::Malformed {
+                    line: 1,
+                    expected: "version",
+                },
+            ),
+            (
+                format!("version: 1\ntopic_id: {id}\n").into_bytes(),
+                E::UnsupportedVersion("1".into()),
+            ),
+            (
+                b"version: -0x\ntopic_id: x\n".to_vec(),
+                E::UnsupportedVersion("-0x".into()),
+            ),
+            (
+                b"version: 0\ntopic_id: not base64!\n".to_vec(),
+                E::BadTopicId("not base64!".into()),
+            ),
+            (
+                b"version: 0\ntopic_id: AAAA\n".to_vec(),
+                E::BadTopicId("AAAA".into()),
+            ),
+            (
+                b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n".to_vec(),
+                E::ZeroTopicId,
+            ),
+            (
+                format!("version: 0\ntopic_id: {id}\nmore: 1\n").into_bytes(),
+                E::TrailingContent,
+            ),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(
+                parse(&bytes),
+                Err(want),
+                "{:?}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        // A fixed-seed xorshift: the same bytes every run.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 0..400 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Mostly the file's own alphabet, so the parse gets past its first checks.
+                    b"version: 0\ntopic_id AQZ-_\x00\xff"[(x % 23) as usize]
+                })
+                .collect();
+            let _ = parse(&bytes);
+        }
+    }
+
+    use crate::storage::tests::{run, test_dir};
+    use crate::storage::{LogConfig, Partition};
+
+    const OTHER: u128 = 7;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn prepare_creates_keeps_and_replaces_a_stale_dir() {
+        run(|| async {
+            let root = test_dir();
+            let dir = root.path().join("t-0");
+            assert_eq!(prepare(&dir, ID).await, Ok(Prepared::Created));
+            assert_eq!(names(&dir), vec![PARTITION_METADATA_FILE]);
+            assert_eq!(read_topic_id(&dir).await, Ok(Some(ID)));
+            // The topic's own log is kept.
+            std::fs::write(dir.join("00000000000000000000.log"), b"old records").unwrap();
+            assert_eq!(prepare(&dir, ID).await, Ok(Prepared::Existing));
+            assert_eq!(names(&dir).len(), 2);
+            // Another topic of the same name: the old log is moved aside, the dir starts empty.
+            let Ok(Prepared::ReplacedStale { stale_id, moved_to }) = prepare(&dir, OTHER).await
+            else {
+                panic!("not replaced");
+            };
+            assert_eq!(stale_id, ID);
+            assert_eq!(names(&dir), vec![PARTITION_METADATA_FILE]);
+            assert_eq!(read_topic_id(&dir).await, Ok(Some(OTHER)));
+            let moved_name = moved_to.file_name().unwrap().to_str().unwrap();
+            assert!(is_deleted_dir_name(moved_name), "{moved_name}");
+            assert!(names(&moved_to).contains(&"00000000000000000000.log".to_string()));
+            // An unknown topic id (0) checks nothing.
+            assert_eq!(prepare(&dir, 0).await, Ok(Prepared::Existing));
+        });
+    }
+
+    #[test]
+    fn prepare_adopts_a_log_without_the_file() {
+        run(|| async {
+            let root = test_dir();
+            let dir = root.path().join("t-0");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("00000000000000000000.log"), b"records").unwrap();
+            assert_eq!(prepare(&dir, ID).await, Ok(Prepared::Adopted));
+            assert_eq!(read_topic_id(&dir).await, Ok(Some(ID)));
+            assert_eq!(names(&dir).len(), 2);
+        });
+    }
+
+    #[test]
+    fn prepare_refuses_a_garbage_file_and_touches_nothing() {
+        run(|| async {
+            let root = test_dir();
+            let dir = root.path().join("t-0");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(PARTITION_METADATA_FILE), b"\x00garbage\xff").unwrap();
+            std::fs::write(dir.join("00000000000000000000.log"), b"records").unwrap();
+            let e = prepare(&dir, ID).await.unwrap_err();
+            assert!(matches!(e, Error::Corruption { .. }), "{e:?}");
+            assert_eq!(names(&dir).len(), 2);
+            assert_eq!(names(root.path()), vec!["t-0"]);
+        });
+    }
+
+    #[test]
+    fn delete_renames_first_then_removes() {
+        run(|| async {
+            let root = test_dir();
+            let dir = root.path().join("t-0");
+            assert_eq!(prepare(&dir, ID).await, Ok(Prepared::Created));
+            let p = Partition::open(dir.clone(), LogConfig::default())
+                .await
+                .unwrap();
+            let moved = p.delete().await.unwrap().unwrap();
+            // The name is free as soon as `delete` returns: a topic created again gets a
+            // fresh directory even while the old one is still being removed.
+            assert!(!dir.exists());
+            assert!(is_deleted_dir_name(
+                moved.file_name().unwrap().to_str().unwrap()
+            ));
+            assert_eq!(prepare(&dir, OTHER).await, Ok(Prepared::Created));
+            // Then the background removal finishes.
+            for _ in 0..200 {
+                if !moved.exists() {
+                    break;
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(!moved.exists());
+            assert_eq!(names(root.path()), vec!["t-0"]);
+            // Deleting a log whose directory is already gone is not an error.
+            let q = Partition::open(root.path().join("u-0"), LogConfig::default())
+                .await
+                .unwrap();
+            std::fs::remove_dir_all(root.path().join("u-0")).unwrap();
+            assert_eq!(q.delete().await, Ok(None));
+        });
+    }
+
+    #[test]
+    fn startup_removes_only_dirs_left_for_deletion() {
+        let root = test_dir();
+        let id = uuid::Uuid::new_v4().simple();
+        let left = root.path().join(format!("t-0.{id}{DELETE_SUFFIX}"));
+        std::fs::create_dir_all(&left).unwrap();
+        std::fs::write(left.join("00000000000000000000.log"), b"old").unwrap();
+        std::fs::create_dir_all(root.path().join("t-1")).unwrap();
+        std::fs::create_dir_all(root.path().join("strata.meta")).unwrap();
+        std::fs::create_dir_all(root.path().join("x-delete")).unwrap();
+        // A file with the pattern is not a log directory.
+        std::fs::write(root.path().join(format!("f.{id}{DELETE_SUFFIX}")), b"").unwrap();
+        assert_eq!(remove_deleted_dirs(root.path()), Ok(1));
+        assert_eq!(
+            names(root.path()),
+            vec![
+                format!("f.{id}{DELETE_SUFFIX}"),
+                "strata.meta".into(),
+                "t-1".into(),
+                "x-delete".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn deleted_dir_names() {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        assert!(is_deleted_dir_name(&format!("t-0.{id}-delete")));
+        assert!(is_deleted_dir_name(&format!("my.topic-12.{id}-delete")));
+        // A topic may itself be named like this, short of the 32-digit id.
+        assert!(!is_deleted_dir_name("my-delete"));
+        assert!(!is_deleted_dir_name("t-0.abc-delete"));
+        assert!(!is_deleted_dir_name(&format!(".{id}-delete")));
+        assert!(!is_deleted_dir_name(&format!("t-0.{id}")));
+        assert!(!is_deleted_dir_name("strata.meta"));
+    }
+}
