@@ -164,7 +164,12 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         &config.data_dir,
         config.storage_min_free_bytes,
     ));
+    let quota_rates = crate::security::quota::RateRegistry::new(
+        config.quota_window_num,
+        config.quota_window_size_seconds * 1000,
+    );
     let shared = Arc::new(Shared {
+        quota_rates,
         ingest_stats: crate::ingest::stats::IngestStats::new(
             nr_shards,
             config.syslog_listeners.len(),

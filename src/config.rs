@@ -131,6 +131,10 @@ pub struct Config {
     pub sasl_oauthbearer_scope_claim_name: String,
     /// Kafka's sasl.oauthbearer.clock.skew.seconds: leeway for `exp` and `nbf`.
     pub sasl_oauthbearer_clock_skew_seconds: i64,
+    /// Kafka's quota.window.num: the samples a client quota's rate is measured over.
+    pub quota_window_num: usize,
+    /// Kafka's quota.window.size.seconds: the length of each of those samples.
+    pub quota_window_size_seconds: u64,
     /// Kafka's fetch.max.bytes: the most a Fetch response carries, and the most read for one
     /// partition, whatever the request asks (at least one batch is always returned, KIP-74).
     pub fetch_max_bytes: usize,
@@ -326,6 +330,8 @@ impl Default for Config {
             sasl_oauthbearer_sub_claim_name: "sub".into(),
             sasl_oauthbearer_scope_claim_name: "scope".into(),
             sasl_oauthbearer_clock_skew_seconds: 30,
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
             fetch_max_bytes: 57_671_680,
             log_segment_bytes: 1_073_741_824,
             log_roll_ms: 604_800_000,
@@ -669,6 +675,18 @@ impl Config {
             return Err(invalid(
                 "connections_max_reauth_ms",
                 "must be 0 (off) or positive".into(),
+            ));
+        }
+        if !(2..=crate::limits::QUOTA_WINDOW_NUM_MAX).contains(&self.quota_window_num) {
+            return Err(invalid(
+                "quota_window_num",
+                format!("must be within 2..={}", crate::limits::QUOTA_WINDOW_NUM_MAX),
+            ));
+        }
+        if !(1..=3600).contains(&self.quota_window_size_seconds) {
+            return Err(invalid(
+                "quota_window_size_seconds",
+                "must be within 1..=3600".into(),
             ));
         }
         if self.fetch_max_bytes < 1024 {

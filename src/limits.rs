@@ -99,6 +99,14 @@ pub const OAUTHBEARER_JWKS_KEYS_MAX: usize = 256;
 /// How often, at most, a shard looks at the JWKS file's modification time (on an OAUTHBEARER
 /// authentication) to reload rotated keys.
 pub const OAUTHBEARER_JWKS_RELOAD_CHECK_INTERVAL_MS: u64 = 1_000;
+/// Quota sensors (one shared rate per quota and client, `security::quota::RateRegistry`)
+/// kept before idle ones are pruned: a rate no connection holds and with no live sample
+/// measures the same as a new one, so pruning forgets nothing; live ones are bounded by the
+/// connections (three quota keys each).
+pub const QUOTA_SENSORS_PRUNE_AT: usize = 4_096;
+
+/// Kafka's `quota.window.num` bounds: the samples a quota rate keeps.
+pub const QUOTA_WINDOW_NUM_MAX: usize = 1_000;
 
 const _: () = assert!(CONNECTION_READ_HEADER_BYTES >= 4);
 const _: () = assert!(CONNECTION_READ_CHUNK_MIN <= CONNECTION_READ_CHUNK_MAX);

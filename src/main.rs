@@ -38,6 +38,10 @@ enum Command {
     /// Users' SCRAM credentials: set, list, delete.
     #[command(subcommand)]
     User(strata::cli::UserCommand),
+    /// Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage) per
+    /// user and/or client id: set, list, remove.
+    #[command(subcommand)]
+    Quota(strata::cli::QuotaCommand),
     /// Write lines from stdin to a topic.
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
@@ -108,6 +112,7 @@ fn main() {
         Command::Txn(cmd) => strata::cli::run_txn(cmd),
         Command::Producers(cmd) => strata::cli::run_producers(cmd),
         Command::User(cmd) => strata::cli::run_user(cmd),
+        Command::Quota(cmd) => strata::cli::run_quota(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),

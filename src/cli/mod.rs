@@ -1,5 +1,5 @@
 //! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata cluster ...`,
-//! `strata txn ...`, `strata producers ...`, `strata user scram ...`, `strata produce`,
+//! `strata txn ...`, `strata producers ...`, `strata user scram ...`, `strata quota ...`, `strata produce`,
 //! `strata consume`.
 //!
 //! Each talks the Kafka protocol through [`crate::client`], so it works against any
@@ -11,6 +11,7 @@ mod consume;
 mod group;
 pub mod log_dump;
 mod produce;
+mod quota;
 mod topic;
 mod txn;
 mod user;
@@ -21,6 +22,7 @@ pub use cluster::{ClusterCommand, ReassignArgs};
 pub use consume::{ConsumeArgs, OutputFormat, StartFrom};
 pub use group::{GroupCommand, ResetTarget};
 pub use produce::{AcksArg, CompressionArg, ProduceArgs};
+pub use quota::{EntityArgs, QuotaCommand};
 pub use topic::TopicCommand;
 pub use txn::{ProducersCommand, TxnCommand};
 pub use user::{ScramCommand, UserCommand};
@@ -93,6 +95,11 @@ pub fn run_producers(cmd: ProducersCommand) -> anyhow::Result<()> {
 /// Runs `strata produce`.
 pub fn run_user(cmd: UserCommand) -> anyhow::Result<()> {
     user::run(cmd)
+}
+
+/// Runs a `strata quota ...` command.
+pub fn run_quota(cmd: QuotaCommand) -> anyhow::Result<()> {
+    quota::run(cmd)
 }
 
 pub fn run_produce(args: ProduceArgs) -> anyhow::Result<()> {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::cluster::catalog::{BrokerMeta, Catalog, TopicMeta};
 use crate::cluster::records::MetadataRecord;
+use crate::security::quota::ClientQuotas;
 
 impl Catalog {
     /// Applies one committed record. Keeps the derived topic-id index current.
@@ -117,6 +118,12 @@ impl Catalog {
                     .entry(name.clone())
                     .or_default()
                     .insert(*mechanism, credential.clone());
+            }
+            MetadataRecord::ClientQuota { entity, key, value } => {
+                // A new Arc: connections holding the old one see the change by pointer.
+                let mut quotas = ClientQuotas::clone(&self.client_quotas);
+                quotas.apply(entity, key, *value);
+                self.client_quotas = Arc::new(quotas);
             }
             MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
                 if let Some(user) = self.scram_credentials.get_mut(name) {

@@ -13,7 +13,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::security::quota::ClientQuotas;
 use crate::security::sasl::{ScramCredential, ScramMechanism};
+
+fn no_client_quotas(q: &Arc<ClientQuotas>) -> bool {
+    q.is_empty()
+}
 
 /// One partition's replica set and leadership, as the controller records it (Kafka's
 /// PartitionRecord / PartitionChangeRecord state).
@@ -131,6 +136,10 @@ pub struct Catalog {
     /// authenticates the same users. A user with no mechanism left is removed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub scram_credentials: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
+    /// Client quotas by entity (AlterClientQuotas). Behind an `Arc` that only a quota
+    /// change replaces, so a connection knows its resolved quotas are current by pointer.
+    #[serde(default, skip_serializing_if = "no_client_quotas")]
+    pub client_quotas: Arc<ClientQuotas>,
     /// This broker's node id; set locally, never replicated.
     #[serde(skip)]
     pub local_node: i32,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::cluster::catalog::{BrokerEndpoint, PartitionMeta};
+use crate::security::quota::QuotaEntity;
 use crate::security::sasl::{ScramCredential, ScramMechanism};
 
 #[derive(Debug, Error)]
@@ -98,6 +99,13 @@ pub enum MetadataRecord {
     RemoveUserScramCredential {
         name: String,
         mechanism: ScramMechanism,
+    },
+    /// One quota key of one entity set (`Some`) or removed (`None`): Kafka's
+    /// ClientQuotaRecord (its `remove` flag is the `None`). The value is finite.
+    ClientQuota {
+        entity: QuotaEntity,
+        key: String,
+        value: Option<f64>,
     },
 }
 
@@ -186,6 +194,22 @@ mod tests {
             MetadataRecord::RemoveUserScramCredential {
                 name: "alice".into(),
                 mechanism: ScramMechanism::Sha256,
+            },
+            MetadataRecord::ClientQuota {
+                entity: QuotaEntity {
+                    user: Some(crate::security::quota::EntityName::Default),
+                    client_id: Some(crate::security::quota::EntityName::Named("app".into())),
+                },
+                key: "producer_byte_rate".into(),
+                value: Some(1048576.0),
+            },
+            MetadataRecord::ClientQuota {
+                entity: QuotaEntity {
+                    user: None,
+                    client_id: Some(crate::security::quota::EntityName::Default),
+                },
+                key: "request_percentage".into(),
+                value: None,
             },
         ];
         for r in records {

@@ -67,6 +67,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // SCRAM credentials in the metadata log (KIP-554).
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Client quotas in the metadata log (KIP-546); v1 is the flexible encoding.
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// The supported version range of `api`, if Strata implements it.

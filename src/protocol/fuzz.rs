@@ -221,6 +221,24 @@ mod tests {
             ApiKey::ListTransactions => {
                 RequestKind::ListTransactions(ListTransactionsRequest::default())
             }
+            ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(
+                DescribeClientQuotasRequest::default().with_components(vec![
+                    describe_client_quotas_request::ComponentData::default()
+                        .with_entity_type(StrBytes::from_static_str("client-id"))
+                        .with_match_type(0)
+                        .with_match(Some(StrBytes::from_static_str("app"))),
+                ]),
+            ),
+            ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(
+                AlterClientQuotasRequest::default()
+                    .with_validate_only(true)
+                    .with_entries(vec![alter_client_quotas_request::EntryData::default()
+                        .with_entity(vec![alter_client_quotas_request::EntityData::default()
+                            .with_entity_type(StrBytes::from_static_str("user"))])
+                        .with_ops(vec![alter_client_quotas_request::OpData::default()
+                            .with_key(StrBytes::from_static_str("producer_byte_rate"))
+                            .with_value(1024.0)])]),
+            ),
             other => panic!("{other:?} is in SUPPORTED but has no test request"),
         }
     }

@@ -4,6 +4,7 @@
 //! layer owns the connections and hands these types around.
 pub mod listener;
 pub mod principal;
+pub mod quota;
 pub mod sasl;
 pub mod session;
 pub mod tls;

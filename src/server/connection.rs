@@ -135,6 +135,10 @@ where
         in_flight: Cell::new(0),
         last: Cell::new(Instant::now()),
     };
+    // Client quotas: the reader resolves and records; the writer starts a throttled
+    // response's mute once it is written (KIP-219), and the reader waits it out.
+    let mut quota = super::quota::ConnectionQuota::default();
+    let throttle = quota.throttle.clone();
 
     let writing = pin!(async {
         while let Some((pending, request_bytes, api_key, arrived)) = rx.recv().await {
@@ -164,6 +168,7 @@ where
                     break;
                 }
             }
+            throttle.on_written();
             // The response is out: the request's bytes go back to the shard.
             drop(request_bytes);
             activity
@@ -185,6 +190,11 @@ where
         // one request at a time, in arrival order.
         let mut sasl = super::sasl::SaslSession::new(session.security_protocol.uses_sasl());
         loop {
+            // A throttled client: nothing more is read from it until its mute ends.
+            if quota.throttle.is_muted() {
+                let shutdown = ctx.shutdown_notify.listen();
+                futures_lite::future::or(quota.throttle.wait(), shutdown).await;
+            }
             let (frame, request_bytes) = match read_frame(ctx, &mut reader, &mut buf, &activity)
                 .await
             {
@@ -232,7 +242,7 @@ where
                     }
                     answered
                 } else {
-                    dispatch::dispatch(ctx, frame, &mut session)
+                    dispatch::dispatch(ctx, frame, &mut session, &mut quota)
                         .await
                         .map(|p| (p, dispatch::SaslNext::Serve))
                 };

@@ -14,6 +14,7 @@ use kafka_protocol::messages::*;
 use tracing::debug;
 
 use super::handlers;
+use super::quota::{ClientLimits, ConnectionQuota, Throttle};
 use crate::protocol::api_versions;
 use crate::protocol::frame::{decode_body, encode_response, parse_request, FrameError, RawRequest};
 use crate::security::Session;
@@ -64,11 +65,18 @@ where
 
 /// Serves one request of the connection whose security context is `session` (its listener
 /// decides the addresses Metadata answers; its principal is who the request acts as).
+///
+/// `quota` is the connection's client-quota state: the quotas of its principal and the
+/// request's client id are looked up (nothing to do when the cluster has none), Produce and
+/// Fetch are throttled on their byte rates, and every request but the inter-broker ones is
+/// metered for `request_percentage` (`server::quota`).
 pub async fn dispatch(
     ctx: &Rc<ShardCtx>,
     frame: Bytes,
     session: &mut Session,
+    quota: &mut ConnectionQuota,
 ) -> Result<PendingResponse, FrameError> {
+    let started = std::time::Instant::now();
     let raw = parse_request(frame)?;
     let version = raw.header.request_api_version;
     debug!(api = ?raw.api, version, correlation_id = raw.header.correlation_id, "request");
@@ -82,6 +90,71 @@ pub async fn dispatch(
             api_versions::range(raw.api)
         )));
     }
+    let limits = quota.limits(
+        ctx,
+        &session.principal.name,
+        raw.header.client_id.as_deref().unwrap_or(""),
+    );
+    let Some(limits) = limits else {
+        return serve(ctx, raw, session, None).await;
+    };
+    let metering = limits.request.clone().filter(|_| !is_cluster_action(&raw));
+    let quotas = Quotas {
+        limits,
+        throttle: quota.throttle.clone(),
+    };
+    let pending = serve(ctx, raw, session, Some(&quotas)).await?;
+    Ok(match metering {
+        Some(limit) => super::quota::metered(
+            pending,
+            started.elapsed(),
+            limit,
+            quotas.limits.window_size_ms,
+            ctx.shared.clock.clone(),
+            quotas.throttle,
+        ),
+        None => pending,
+    })
+}
+
+/// What a request's handler needs of the connection's quotas.
+pub struct Quotas {
+    pub limits: Rc<ClientLimits>,
+    pub throttle: Rc<Throttle>,
+}
+
+/// Inter-broker requests (replica fetches, transaction markers) are exempt from client
+/// quotas, as Kafka exempts cluster actions: a default client quota must not slow
+/// replication.
+fn is_cluster_action(raw: &RawRequest) -> bool {
+    match raw.api {
+        ApiKey::WriteTxnMarkers => true,
+        ApiKey::Fetch => fetch_replica_id(raw) >= 0,
+        _ => false,
+    }
+}
+
+/// A Fetch's replica id without decoding the request: the body's first field until v15
+/// (-1 for consumers); v15+ moved it into a tagged field that only brokers send, so a v15+
+/// fetch counts as a consumer's here and the handler decides from the decoded request.
+fn fetch_replica_id(raw: &RawRequest) -> i32 {
+    if raw.header.request_api_version >= 15 {
+        return -1;
+    }
+    raw.body
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map_or(-1, i32::from_be_bytes)
+}
+
+/// Serves a parsed, supported request (`quotas` set when a client quota applies).
+async fn serve(
+    ctx: &Rc<ShardCtx>,
+    raw: RawRequest,
+    session: &mut Session,
+    quotas: Option<&Quotas>,
+) -> Result<PendingResponse, FrameError> {
+    let version = raw.header.request_api_version;
     match raw.api {
         ApiKey::Metadata => {
             let req: MetadataRequest = decode_body(&raw)?;
@@ -93,11 +166,33 @@ pub async fn dispatch(
         ApiKey::Produce => {
             let req: ProduceRequest = decode_body(&raw)?;
             let (api, corr) = (raw.api, raw.header.correlation_id);
+            // producer_byte_rate counts the request's bytes (Kafka: its size on the wire),
+            // recorded as it arrives; the throttle goes out in the response.
+            // Produce v6 is KIP-219's: the connection is muted after the response (decided
+            // now, so the reader stops at once); older clients get a late answer instead.
+            let kip219 = version >= 6;
+            let throttle_ms = quotas.map_or(0, |q| {
+                let Some(limit) = q.limits.produce.as_ref() else {
+                    return 0;
+                };
+                let bytes = u64::try_from(raw.body.len()).unwrap_or(u64::MAX);
+                let ms = limit.record(ctx.shared.clock.monotonic_ms(), bytes, u64::MAX);
+                if kip219 {
+                    q.throttle.decide(ms);
+                }
+                ms
+            });
             let pending = handlers::produce::handle(ctx, version, req).await;
             Ok(async move {
-                let Some(body) = pending.await else {
+                let answer = pending.await;
+                if !kip219 && throttle_ms > 0 {
+                    glommio::timer::sleep(std::time::Duration::from_millis(throttle_ms)).await;
+                }
+                let throttle_ms = i32::try_from(throttle_ms).unwrap_or(i32::MAX);
+                let Some(body) = answer else {
                     return Ok(None);
                 };
+                let body = body.with_throttle_time_ms(throttle_ms);
                 Ok(Some(vec![
                     encode_response(api, version, corr, &body)?.freeze()
                 ]))
@@ -107,7 +202,20 @@ pub async fn dispatch(
         ApiKey::Fetch => {
             let req: FetchRequest = decode_body(&raw)?;
             let corr = raw.header.correlation_id;
-            Ok(handlers::fetch::handle(ctx.clone(), version, corr, req))
+            let quota = quotas.and_then(|q| {
+                Some(handlers::fetch::FetchQuota {
+                    limit: q.limits.fetch.clone()?,
+                    window_size_ms: q.limits.window_size_ms,
+                    throttle: q.throttle.clone(),
+                })
+            });
+            Ok(handlers::fetch::handle(
+                ctx.clone(),
+                version,
+                corr,
+                req,
+                quota,
+            ))
         }
         ApiKey::ListOffsets => {
             let req: ListOffsetsRequest = decode_body(&raw)?;
@@ -363,6 +471,21 @@ pub async fn dispatch(
             let ctx = ctx.clone();
             deferred(&raw, async move {
                 handlers::alter_user_scram_credentials::handle(&ctx, version, req).await
+            })
+        }
+        ApiKey::DescribeClientQuotas => {
+            let req: DescribeClientQuotasRequest = decode_body(&raw)?;
+            let catalog = ctx.shared.catalog.load();
+            respond(
+                &raw,
+                &handlers::describe_client_quotas::handle(&catalog.client_quotas, &req),
+            )
+        }
+        ApiKey::AlterClientQuotas => {
+            let req: AlterClientQuotasRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::alter_client_quotas::handle(&ctx, version, req).await
             })
         }
         // On a SASL listener the connection answers these itself (`server::sasl`); here the

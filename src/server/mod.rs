@@ -8,6 +8,7 @@ pub mod handlers;
 pub mod ingest;
 pub mod metrics_http;
 pub mod oauth;
+pub mod quota;
 pub mod route;
 pub mod sasl;
 pub mod tls;

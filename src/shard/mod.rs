@@ -69,6 +69,9 @@ pub struct Shared {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Syslog and HTTP ingestion counters, one set per shard.
     pub ingest_stats: crate::ingest::stats::IngestStats,
+    /// The client quotas' measured rates, broker-wide: every shard serving a client adds
+    /// to the same rate (`security::quota::rate` says why).
+    pub quota_rates: crate::security::quota::RateRegistry,
     /// Partition directories an open log holds, broker-wide (see `claim_dir`).
     pub open_dirs: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }

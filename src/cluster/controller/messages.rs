@@ -100,6 +100,15 @@ pub enum ControllerRequest {
         deletions: Vec<(String, ScramMechanism)>,
         upsertions: Vec<(String, ScramMechanism, ScramCredential)>,
     },
+    /// Client quota changes, one entry per entity, each already checked by the broker
+    /// (entity, keys, values). Removing a key the entity lacks and setting a key to the
+    /// value it has record nothing, as Kafka's controller.
+    AlterClientQuotas {
+        entries: Vec<(
+            crate::security::quota::QuotaEntity,
+            crate::security::quota::CheckedOps,
+        )>,
+    },
     /// A leader's ISR change (KIP-497).
     AlterPartition {
         broker_id: i32,
@@ -202,6 +211,10 @@ pub enum ControllerResponse {
     /// One status per user named in the request, in first-mention order.
     AlterUserScramCredentials {
         results: Vec<(String, Status)>,
+    },
+    /// One status per entry of the request, in its order.
+    AlterClientQuotas {
+        results: Vec<Status>,
     },
     /// `state` is the partition after the change (or as it is, when refused for a stale
     /// epoch, so the leader can catch up). NEW_LEADER_ELECTED when the change completed a

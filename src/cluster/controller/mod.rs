@@ -393,6 +393,11 @@ impl Controller {
             } => ControllerResponse::AlterUserScramCredentials {
                 results: Self::alter_scram(&mut batch, deletions, upsertions),
             },
+            ControllerRequest::AlterClientQuotas { entries } => {
+                ControllerResponse::AlterClientQuotas {
+                    results: Self::alter_client_quotas(&mut batch, entries),
+                }
+            }
             ControllerRequest::AlterPartition {
                 broker_id,
                 broker_epoch: _,
@@ -509,6 +514,51 @@ impl Controller {
                 (user, Status::ok())
             })
             .collect()
+    }
+
+    /// Records each entity's quota changes. An entity named a second time in one request is
+    /// refused (Kafka: "Ignoring duplicate entity"); its first entry stands.
+    fn alter_client_quotas(
+        batch: &mut Batch,
+        entries: Vec<(
+            crate::security::quota::QuotaEntity,
+            crate::security::quota::CheckedOps,
+        )>,
+    ) -> Vec<Status> {
+        let mut done: Vec<crate::security::quota::QuotaEntity> = Vec::new();
+        let mut results = Vec::with_capacity(entries.len());
+        for (entity, ops) in entries {
+            if done.contains(&entity) {
+                results.push(Status::error(
+                    ErrorCode::InvalidRequest,
+                    format!("Ignoring duplicate entity {entity}"),
+                ));
+                continue;
+            }
+            for (key, value) in ops {
+                let value = value.map(|v| v.0);
+                let current = batch
+                    .work
+                    .client_quotas
+                    .get(&entity)
+                    .and_then(|q| q.get(&key))
+                    .copied();
+                let changes = match value {
+                    None => current.is_some(),
+                    Some(v) => current != Some(v),
+                };
+                if changes {
+                    batch.push(MetadataRecord::ClientQuota {
+                        entity: entity.clone(),
+                        key,
+                        value,
+                    });
+                }
+            }
+            done.push(entity);
+            results.push(Status::ok());
+        }
+        results
     }
 
     fn all_partitions(c: &Catalog) -> Vec<(String, usize)> {

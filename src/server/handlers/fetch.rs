@@ -40,11 +40,23 @@ struct WantedTopic {
     partitions: Vec<Wanted>,
 }
 
+/// A consumer's consumer_byte_rate quota, when one applies (KIP-13).
+pub struct FetchQuota {
+    pub limit: crate::server::quota::Limit,
+    pub window_size_ms: u64,
+    pub throttle: Rc<crate::server::quota::Throttle>,
+}
+
+/// Fetch v8 is KIP-219's: a throttled answer goes out at once (empty) and the connection is
+/// muted; older versions get their answer late instead.
+const FETCH_KIP219_VERSION: i16 = 8;
+
 pub fn handle(
     ctx: Rc<ShardCtx>,
     version: i16,
     correlation_id: i32,
     req: FetchRequest,
+    quota: Option<FetchQuota>,
 ) -> PendingResponse {
     async move {
         // Followers name themselves (v15+ in replica_state); consumers send -1.
@@ -56,6 +68,17 @@ pub fn handle(
         // fetch.max.bytes bounds the response and every partition's share of it *before*
         // anything is read, whatever the request asks (2 GB asks read 55 MiB at most).
         let fetch_max_bytes = ctx.shared.config.fetch_max_bytes;
+        // Replication is not a client: no consumer quota on a follower's fetch.
+        let quota = quota.filter(|_| replica_id < 0);
+        // A quota'd consumer is answered at most one window's worth of its quota at once
+        // (Kafka's cap), so one response cannot earn it a throttle of many windows.
+        let fetch_max_bytes = match &quota {
+            Some(q) => {
+                let window = q.limit.bound * q.window_size_ms as f64 / 1000.0;
+                fetch_max_bytes.min((window as usize).max(1))
+            }
+            None => fetch_max_bytes,
+        };
         let topics = resolve(&ctx, version, &req, replica_id, fetch_max_bytes);
         // read_committed (v4+): data only below the last stable offset, plus the aborted
         // transactions the consumer must drop.
@@ -91,13 +114,34 @@ pub fn handle(
             drop(results);
             results = read_all(&ctx, &topics, replica_id, isolation, max_bytes).await;
         }
-        Ok(Some(encode(
-            version,
-            correlation_id,
-            &topics,
-            results,
-            max_bytes,
-        )))
+        let frame = encode(version, correlation_id, &topics, results, max_bytes, 0);
+        let Some(q) = quota else {
+            return Ok(Some(frame));
+        };
+        // consumer_byte_rate counts the response's bytes, recorded as it is ready.
+        let bytes = frame.iter().map(|c| c.len() as u64).sum();
+        let now_ms = ctx.shared.clock.monotonic_ms();
+        let ms = q.limit.record(now_ms, bytes, u64::MAX);
+        if ms == 0 {
+            return Ok(Some(frame));
+        }
+        let throttle_ms = i32::try_from(ms).unwrap_or(i32::MAX);
+        if version >= FETCH_KIP219_VERSION {
+            // As Kafka: the data is not sent (and not counted), the answer is empty and
+            // carries the throttle, and the connection is muted after it.
+            q.limit.rate.unrecord(now_ms, bytes);
+            q.throttle.decide(ms);
+            return Ok(Some(encode(
+                version,
+                correlation_id,
+                &[],
+                Vec::new(),
+                0,
+                throttle_ms,
+            )));
+        }
+        glommio::timer::sleep(Duration::from_millis(ms)).await;
+        Ok(Some(patch_throttle(frame, version, throttle_ms)))
     }
     .boxed_local()
 }
@@ -266,6 +310,30 @@ async fn wait_for_data(
     futures_lite::future::or(launched.any(), glommio::timer::sleep(timeout)).await;
 }
 
+/// `frame` (as `encode` made it) with its throttle_time_ms (v1+) set to `throttle_ms`: the
+/// field follows the size, the correlation id and, in flexible versions, the header's
+/// empty tagged fields, all in the first buffer.
+fn patch_throttle(mut frame: Vec<Bytes>, version: i16, throttle_ms: i32) -> Vec<Bytes> {
+    if version < 1 {
+        return frame;
+    }
+    let at = if ApiKey::Fetch.response_header_version(version) >= 1 {
+        9
+    } else {
+        8
+    };
+    if let Some(first) = frame.first_mut() {
+        if first.len() >= at + 4 {
+            let mut patched = BytesMut::from(&first[..]);
+            if let Some(field) = patched.get_mut(at..at + 4) {
+                field.copy_from_slice(&throttle_ms.to_be_bytes());
+            }
+            *first = patched.freeze();
+        }
+    }
+    frame
+}
+
 /// Encodes the response frame as a list of buffers, record batches included by reference.
 fn encode(
     version: i16,
@@ -273,6 +341,7 @@ fn encode(
     topics: &[WantedTopic],
     mut results: Vec<Vec<FetchResult>>,
     max_bytes: usize,
+    throttle_ms: i32,
 ) -> Vec<Bytes> {
     let flexible = version >= 12;
     let mut out: Vec<Bytes> = Vec::new();
@@ -283,7 +352,7 @@ fn encode(
         cur.put_u8(0); // header tagged fields
     }
     if version >= 1 {
-        cur.put_i32(0); // throttle_time_ms
+        cur.put_i32(throttle_ms);
     }
     if version >= 7 {
         cur.put_i16(0); // error_code
@@ -447,7 +516,7 @@ mod tests {
                 },
                 FetchResult::error(ErrorCode::UnknownTopicOrPartition),
             ]];
-            let frame: Vec<u8> = encode(version, 77, &topics, results, 1 << 20).concat();
+            let frame: Vec<u8> = encode(version, 77, &topics, results, 1 << 20, 0).concat();
             let mut buf = Bytes::from(frame);
             let size = buf.get_i32() as usize;
             assert_eq!(size, buf.len(), "v{version} size prefix");

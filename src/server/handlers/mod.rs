@@ -2,6 +2,7 @@
 //! body; framing and version checks happen in `dispatch`.
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
+pub mod alter_client_quotas;
 pub mod alter_partition_reassignments;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
@@ -10,6 +11,7 @@ pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
