@@ -10,8 +10,12 @@
 - consume throughput of the transactional topic with Kafka's ConsumerPerformance,
   isolation.level=read_committed against read_uncommitted.
 
+With `--verification both`, each round runs the produce and commit figures twice, on a
+broker with `transaction_partition_verification_enable` (KIP-890 part 1) true and on one
+with it false (each fresh, one at a time), and prints them side by side.
+
 Usage: .venv/bin/python perf/txn.py [--records N] [--rounds R] [--commit-seconds S]
-       [--data-dir DIR]
+       [--data-dir DIR] [--verification on|off|both]
 Needs target/release/strata (or STRATA_BIN), tests/kafka/lib (tests/fetch-jars.sh kafka) and
 the venv's confluent-kafka. Prints a markdown section for perf/RESULTS.md; raw results in
 --out (default perf/out-txn).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import shutil
@@ -100,7 +105,12 @@ def main() -> int:
     ap.add_argument("--commit-seconds", type=float, default=20.0)
     ap.add_argument("--data-dir", default="/var/tmp/strata-perf-txn")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "out-txn"))
+    ap.add_argument("--verification", choices=("on", "off", "both"), default="on")
     a = ap.parse_args()
+    if a.verification == "both":
+        return compare_verification(a)
+    os.environ["STRATA_TRANSACTION_PARTITION_VERIFICATION_ENABLE"] = str(
+        a.verification == "on").lower()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(a.data_dir)
@@ -153,6 +163,67 @@ def main() -> int:
     print(f"| commit latency, confluent-kafka, {COMMIT_BATCH} records over {PARTITIONS} partitions: "
           f"p50 / p99 (ms) | {med('commit', 'p50_ms'):.2f} / {med('commit', 'p99_ms'):.2f} | "
           f"{int(med('commit', 'commits'))} commits |")
+    for label, rs in rows.items():
+        if any(r.get("failed") for r in rs):
+            print(f"\n{label}: failed runs: {[r.get('error') for r in rs if r.get('failed')]}")
+    return 0
+
+
+def compare_verification(a) -> int:
+    """Produce (transactional, 100 ms and 10 ms commits) and commit latency with KIP-890
+    verification on and off, alternating per round on fresh brokers."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(a.data_dir)
+    commands: list[str] = []
+    rows: dict[str, list[dict]] = {}
+    started = time.strftime("%Y-%m-%d %H:%M")
+    load = [open("/proc/loadavg").read().split()[0]]
+    modes = ("on", "off")
+    for rnd in range(a.rounds):
+        for mode in modes if rnd % 2 == 0 else modes[::-1]:
+            os.environ["STRATA_TRANSACTION_PARTITION_VERIFICATION_ENABLE"] = str(
+                mode == "on").lower()
+            shutil.rmtree(workdir, ignore_errors=True)
+            broker = Strata(workdir)
+            broker.start()
+            try:
+                for label, txn_ms in (("txn-100ms", 100), ("txn-10ms", 10)):
+                    topic = f"{label}-{rnd}"
+                    create_topic(broker, topic, PARTITIONS)
+                    log(f"round {rnd}, verification {mode}: produce {label}")
+                    rows.setdefault(f"{label}/{mode}", []).append(
+                        producer_perf(broker, topic, a.records, commands, txn_ms))
+                topic = f"commit-{rnd}"
+                create_topic(broker, topic, PARTITIONS)
+                log(f"round {rnd}, verification {mode}: commit latency")
+                rows.setdefault(f"commit/{mode}", []).append(
+                    commit_latency(broker, topic, a.commit_seconds))
+            finally:
+                broker.stop()
+                shutil.rmtree(workdir, ignore_errors=True)
+    load.append(open("/proc/loadavg").read().split()[0])
+    (out / "results-verification.json").write_text(json.dumps(rows, indent=1))
+    (out / "commands-verification.txt").write_text("\n".join(commands) + "\n")
+
+    def med(label: str, key: str) -> float:
+        vals = [r[key] for r in rows[label] if not r.get("failed")]
+        return statistics.median(vals) if vals else float("nan")
+
+    print(f"Run {started}, {a.rounds} round(s) alternating the order, medians; {a.records} "
+          f"records of {RECORD} B, {PARTITIONS} partitions; load average {load[0]} at start, "
+          f"{load[1]} at end.\n")
+    print("| figure | verification on | off | on / off |\n|---|---|---|---|")
+    for label in ("txn-100ms", "txn-10ms"):
+        on, off = med(f"{label}/on", "mb_per_sec"), med(f"{label}/off", "mb_per_sec")
+        print(f"| produce 1 KiB acks=all, ProducerPerformance, {label} (MB/s) | {on:.1f} "
+              f"| {off:.1f} | {on / off:.2f}x |")
+        on, off = med(f"{label}/on", "p99_ms"), med(f"{label}/off", "p99_ms")
+        print(f"| same, p99 latency (ms) | {on:.0f} | {off:.0f} | |")
+    for q in ("p50_ms", "p99_ms"):
+        on, off = med("commit/on", q), med("commit/off", q)
+        print(f"| commit latency, confluent-kafka, {COMMIT_BATCH} records over {PARTITIONS} "
+              f"partitions, {q[:3]} (ms) | {on:.2f} | {off:.2f} | {on / off:.2f}x |")
     for label, rs in rows.items():
         if any(r.get("failed") for r in rs):
             print(f"\n{label}: failed runs: {[r.get('error') for r in rs if r.get('failed')]}")

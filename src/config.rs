@@ -201,6 +201,10 @@ pub struct Config {
     pub transaction_max_timeout_ms: i32,
     /// Kafka's transactional.id.expiration.ms: an id idle this long is forgotten.
     pub transactional_id_expiration_ms: i64,
+    /// Kafka's transaction.partition.verification.enable (KIP-890): before a transactional
+    /// batch opens its producer's transaction on a partition, the leader asks the transaction
+    /// coordinator whether the partition is in the transaction, and refuses it if not.
+    pub transaction_partition_verification_enable: bool,
     /// Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often the
     /// coordinator looks for transactions past their timeout (and aborts them).
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: i64,
@@ -360,6 +364,7 @@ impl Default for Config {
             transaction_state_log_segment_bytes: 1024 * 1024,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
+            transaction_partition_verification_enable: true,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             process_roles: "broker,controller".into(),
@@ -1487,6 +1492,10 @@ impl Config {
             (
                 "transactional.id.expiration.ms",
                 self.transactional_id_expiration_ms.to_string(),
+            ),
+            (
+                "transaction.partition.verification.enable",
+                self.transaction_partition_verification_enable.to_string(),
             ),
             (
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",

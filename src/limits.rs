@@ -208,3 +208,24 @@ pub const METRICS_CONNECTIONS_PER_SHARD_MAX: usize = 16;
 
 /// Longest metrics request head (a scrape is one short GET); longer is answered 431.
 pub const METRICS_HEAD_BYTES_MAX: usize = 8 * 1024;
+
+/// Transaction verifications (KIP-890) pending on one partition, one per producer
+/// (`storage::txn_verification`). Past it a transactional produce that needs verifying is
+/// refused with the retriable NOT_ENOUGH_REPLICAS, after entries older than
+/// `TXN_VERIFICATION_AGE_MS_MAX` are dropped.
+pub const TXN_VERIFICATIONS_MAX: usize = 4096;
+
+/// Age past which a partition's pending verification may be dropped to make room: far longer
+/// than a verification takes (`TXN_VERIFY_REQUEST_TIMEOUT_MS`). Dropping one only refuses
+/// the append that carried it.
+pub const TXN_VERIFICATION_AGE_MS_MAX: i64 = 60_000;
+
+/// Produce parts one shard may have waiting for the transaction coordinator's verification
+/// (queued or in flight, all coordinators). Past it a part is refused at once with the
+/// retriable NOT_ENOUGH_REPLICAS; each waiter holds its request's records.
+pub const TXN_VERIFY_WAITERS_MAX: usize = 10_000;
+
+/// How long one verification request (AddPartitionsToTxn verify-only, to the coordinator's
+/// broker) may take, connecting included; past it its waiters hear NETWORK_EXCEPTION
+/// (NOT_ENOUGH_REPLICAS to the producer, which retries). Kafka uses request.timeout.ms.
+pub const TXN_VERIFY_REQUEST_TIMEOUT_MS: u64 = 10_000;

@@ -18,10 +18,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     // Between brokers: a transaction coordinator's COMMIT/ABORT markers (v1 only, as Kafka 4).
     (ApiKey::WriteTxnMarkers, 1, 1),
-    // Transactions (transaction version 1). AddPartitionsToTxn stops at v3: v4+ is the
-    // broker-batched form (KIP-890), not implemented. EndTxn v5 and InitProducerId v5 belong
-    // to transaction version 2.
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // Transactions (transaction version 1). AddPartitionsToTxn v4+ is the broker-batched
+    // form (KIP-890 part 1): partition leaders verify transactional produce with it. EndTxn v5
+    // and InitProducerId v5 belong to transaction version 2.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::DescribeConfigs, 1, 4),

@@ -15,6 +15,7 @@ pub mod ops;
 pub mod partition_service;
 pub mod peer;
 pub mod replica;
+pub mod txn_verify;
 pub mod txns;
 
 use std::cell::{Cell, RefCell};
@@ -165,6 +166,8 @@ pub struct ShardCtx {
     pub groups: groups::GroupShard,
     /// The transaction coordinator for the `__transaction_state` partitions led here.
     pub txns: txns::TxnShard,
+    /// This shard's transaction verifications (KIP-890), as a partition leader.
+    pub txn_verify: txn_verify::VerifyShard,
     /// Leader and follower state of this shard's replicas, and its replica fetchers.
     pub replicas: replica::Replicas,
     /// Produce appends waiting their turn, per partition (keeps a partition's appends in the
@@ -190,6 +193,7 @@ impl ShardCtx {
             connections_changed: crate::storage::notify::Notify::default(),
             groups: groups::GroupShard::new(shared.config.group_config()),
             txns: txns::TxnShard::new(&shared.config),
+            txn_verify: txn_verify::VerifyShard::default(),
             replicas: replica::Replicas::default(),
             append_order: Default::default(),
             budget: {

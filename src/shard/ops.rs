@@ -25,6 +25,9 @@ pub enum ShardOp {
     Produce {
         acks: i16,
         timeout_ms: i32,
+        /// The request's transactional id: whom to ask when a transactional batch needs
+        /// verifying (KIP-890).
+        transactional_id: Option<String>,
         parts: Vec<(TopicPartition, Option<Bytes>)>,
     },
     /// Reads each part, at most `max_bytes` in all (the response's limit, applied before
@@ -120,9 +123,10 @@ pub fn start(ctx: &Rc<ShardCtx>, op: ShardOp) -> LocalBoxFuture<'static, ShardRe
         ShardOp::Produce {
             acks,
             timeout_ms,
+            transactional_id,
             parts,
         } => {
-            let produced = service::produce::start(ctx, acks, timeout_ms, parts);
+            let produced = service::produce::start(ctx, acks, timeout_ms, transactional_id, parts);
             Box::pin(async move { ShardReply::Produce(produced.await) })
         }
         ShardOp::Fetch { parts, max_bytes } => Box::pin(async move {

@@ -40,6 +40,7 @@ use super::peer::PeerConnection;
 use super::{ShardCtx, TopicPartition};
 use crate::protocol::control::{EndTxnMarker, TxnOutcome};
 use crate::txn::admin::ListFilter;
+use crate::txn::verify::VerifyTxn;
 use crate::txn::{
     AddOffsetsArgs, AddPartitionsArgs, AppendFailure, Coordinator, Effect, EndTxnArgs, ErrorCode,
     InitProducerIdArgs, MarkerRequest, ProducerIdBlock, RequestId, Response, TxnConfig,
@@ -217,11 +218,37 @@ pub async fn call_txn(ctx: &Rc<ShardCtx>, req: TxnRequest) -> Response {
 pub enum TxnAdminRequest {
     Describe(String),
     List(ListFilter),
+    /// AddPartitionsToTxn verify-only (KIP-890): read-only as well.
+    Verify(VerifyTxn),
 }
 
 pub enum TxnAdminReply {
     Describe(Result<TxnDescription, ErrorCode>),
     List(Result<Vec<TxnDescription>, ErrorCode>),
+    Verify(VerifyResult),
+}
+
+/// Each partition's answer to a verify-only question.
+pub type VerifyResult = crate::txn::verify::TxnAnswer;
+
+/// Whether `txn`'s partitions are in its ongoing transaction, asked of the shard
+/// coordinating its id on this broker (NOT_COORDINATOR if none does).
+pub async fn verify_partitions(ctx: &Rc<ShardCtx>, txn: VerifyTxn) -> VerifyResult {
+    let Some(shard) = coordinator_shard(ctx, &txn.transactional_id) else {
+        return Err(ErrorCode::NotCoordinator);
+    };
+    match call(
+        ctx,
+        shard,
+        ShardOp::TxnAdmin {
+            req: TxnAdminRequest::Verify(txn),
+        },
+    )
+    .await
+    {
+        ShardReply::TxnAdmin(TxnAdminReply::Verify(r)) => r,
+        _ => Err(ErrorCode::CoordinatorNotAvailable),
+    }
 }
 
 /// DescribeTransactions for one id, asked of the shard coordinating it on this broker.
@@ -266,6 +293,15 @@ pub fn start_admin(ctx: Rc<ShardCtx>, req: TxnAdminRequest) -> LocalBoxFuture<'s
             TxnAdminRequest::Describe(id) => TxnAdminReply::Describe(c.describe_checked(&id)),
             TxnAdminRequest::List(filter) => {
                 TxnAdminReply::List(c.list_filtered(&filter, now_wall_ms))
+            }
+            TxnAdminRequest::Verify(txn) => {
+                let partitions: Vec<TxnPartition> = txn.partitions.into_iter().collect();
+                TxnAdminReply::Verify(c.verify_partitions(
+                    &txn.transactional_id,
+                    crate::protocol::producer::ProducerId(txn.producer_id),
+                    crate::protocol::producer::ProducerEpoch(txn.producer_epoch),
+                    &partitions,
+                ))
             }
         }
     };

@@ -52,6 +52,7 @@ mod state_file;
 mod tail_cache;
 mod time_index;
 pub mod txn_index;
+pub mod txn_verification;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -227,6 +228,10 @@ pub enum AppendError {
     /// A non-transactional batch from a producer whose transaction is open.
     #[error("producer {producer_id} has an open transaction: its batches must be transactional")]
     InvalidTxnState { producer_id: ProducerId },
+    /// A transactional batch that would open a transaction the coordinator did not confirm
+    /// (KIP-890 verification; Kafka's words).
+    #[error("Record was not part of an ongoing transaction")]
+    TxnNotVerified { producer_id: ProducerId },
     /// A marker from a transaction coordinator older than the one that wrote the last.
     #[error(
         "coordinator epoch {coordinator_epoch} is older than {current} for producer {producer_id}"
@@ -304,7 +309,9 @@ impl AppendError {
             AppendError::Backpressure { .. } => ErrorCode::RequestTimedOut,
             AppendError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
             AppendError::InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
-            AppendError::InvalidTxnState { .. } => ErrorCode::InvalidTxnState,
+            AppendError::InvalidTxnState { .. } | AppendError::TxnNotVerified { .. } => {
+                ErrorCode::InvalidTxnState
+            }
             AppendError::CoordinatorFenced { .. } => ErrorCode::TransactionCoordinatorFenced,
             AppendError::Storage(s) => s.error_code(),
         }

@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use super::txn_verification::{VerificationGuard, Verifications, VerificationsFull};
 use super::{PRODUCERS_MAX, PRODUCER_BATCHES_RETAINED};
 use crate::protocol::control::{parse_end_txn_marker, EndTxnMarker, TxnOutcome};
 use crate::protocol::producer::ProducerId;
@@ -163,6 +164,28 @@ pub enum SequenceError {
     InvalidTxnState { producer_id: ProducerId },
 }
 
+/// Whether a client's transactional batch must have been verified with the transaction
+/// coordinator (KIP-890; `transaction_partition_verification_enable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnVerification {
+    /// Verification is off: no check.
+    Off,
+    /// On: a transactional batch that would open a transaction must carry the producer's
+    /// current guard (`None`: the request started no verification).
+    Guard(Option<VerificationGuard>),
+}
+
+/// Why a transactional batch was refused by the verification check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerificationRefused {
+    /// No transaction open and no current verification (Kafka's "Record was not part of an
+    /// ongoing transaction").
+    NotVerified,
+    /// A batch with a higher first sequence than another still verifying (Kafka's "earliest
+    /// seen sequence").
+    OutOfOrder { lowest_sequence: i32 },
+}
+
 /// A point-in-time copy: `next_offset` is the log end it covers (replay starts there).
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct ProducerSnapshot {
@@ -184,6 +207,8 @@ pub struct ProducerStateTable {
     /// as it is: after a restart a producer reads -1 until it writes again (or its batches
     /// are replayed), which `find-hanging` treats as old, the safe side.
     last_timestamps: HashMap<ProducerId, i64>,
+    /// Transaction verifications in progress, by producer id (leader only, in memory).
+    verifications: Verifications,
 }
 
 /// One producer as DescribeProducers reports it.
@@ -236,6 +261,65 @@ impl ProducerStateTable {
         self.producers
             .get(&producer_id)
             .and_then(|e| e.txn_first_offset)
+    }
+
+    /// Kafka's `hasOngoingTransaction`: the producer has a transaction open here at `epoch`.
+    pub fn has_ongoing_txn(&self, producer_id: ProducerId, epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.epoch == epoch && e.txn_first_offset.is_some())
+    }
+
+    /// Kafka's `maybeStartTransactionVerification`: `None` if the producer has a transaction
+    /// open at `epoch` (nothing to verify), else the guard its verification carries.
+    pub fn start_verification(
+        &mut self,
+        producer_id: ProducerId,
+        sequence: i32,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<Option<VerificationGuard>, VerificationsFull> {
+        if self.has_ongoing_txn(producer_id, epoch) {
+            return Ok(None);
+        }
+        self.verifications
+            .start(producer_id, sequence, epoch, now_ms)
+            .map(Some)
+    }
+
+    /// Kafka's checks in `analyzeAndValidateProducerState` for a client's data batch
+    /// (after duplicates): a transactional batch that would open a transaction needs the
+    /// producer's current guard, and no batch may overtake a lower sequence still verifying.
+    pub fn check_verification(
+        &self,
+        b: &BatchIdentity,
+        verification: TxnVerification,
+    ) -> Result<(), VerificationRefused> {
+        let TxnVerification::Guard(guard) = verification else {
+            return Ok(());
+        };
+        if b.producer_id.is_none() {
+            return Ok(());
+        }
+        if let Some(e) = self.verifications.get(b.producer_id) {
+            if b.first_seq > e.lowest_sequence {
+                return Err(VerificationRefused::OutOfOrder {
+                    lowest_sequence: e.lowest_sequence,
+                });
+            }
+        }
+        if b.transactional
+            && !self.has_ongoing_txn(b.producer_id, b.epoch)
+            && !self.verifications.matches(b.producer_id, guard)
+        {
+            return Err(VerificationRefused::NotVerified);
+        }
+        Ok(())
+    }
+
+    /// Verifications pending (for tests and metrics).
+    pub fn verifications_pending(&self) -> usize {
+        self.verifications.len()
     }
 
     /// Every producer with state, by producer id (DescribeProducers).
@@ -376,6 +460,8 @@ impl ProducerStateTable {
         if let Some(first) = first {
             self.ongoing.remove(&(first, producer_id));
         }
+        // A verification started before the marker belongs to the ended transaction.
+        self.verifications.clear(producer_id);
         let first_offset = first.unwrap_or(marker_offset);
         self.unreplicated.push_back((marker_offset, first_offset));
         let last_stable_offset = self
@@ -525,6 +611,10 @@ impl ProducerStateTable {
             // A transactional batch with no transaction open begins one.
             entry.txn_first_offset = Some(base_offset);
             self.ongoing.insert((base_offset, b.producer_id));
+        }
+        if b.transactional {
+            // The transaction is open here now: its later batches need no verification.
+            self.verifications.clear(b.producer_id);
         }
     }
 

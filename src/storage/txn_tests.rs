@@ -425,3 +425,82 @@ fn cleaner_removes_aborted_data_then_its_marker() {
         p.close().await.unwrap();
     });
 }
+
+/// KIP-890 verification on the partition (Kafka's `VerificationGuard`): with verification on,
+/// a transactional batch that would open a transaction needs the producer's current guard;
+/// once the transaction is open its later batches need none; an ABORT marker written while a
+/// verification was in flight makes that verification's guard stale (the ABA case: "verified"
+/// for the aborted transaction must not let the batch open a new one). A batch may not
+/// overtake a lower sequence still verifying. Nothing refused is appended.
+#[test]
+fn verification_guards_transactional_appends() {
+    use super::producer_state::TxnVerification::{Guard, Off};
+    run(|| async {
+        let dir = test_dir();
+        let p = Partition::open(dir.path().join("t-0"), LogConfig::default())
+            .await
+            .unwrap();
+        // No guard: refused (and with verification off, not checked).
+        assert!(matches!(
+            p.append_verified(txn_batch(1, 1, 0, 10), 0, Guard(None)),
+            Err(AppendError::TxnNotVerified {
+                producer_id: ProducerId(1)
+            })
+        ));
+        assert_eq!(p.log_end_offset(), 0);
+        // The verification's guard lets the batch open the transaction.
+        let g = p
+            .start_txn_verification(ProducerId(1), 0, 0, 0)
+            .unwrap()
+            .unwrap();
+        p.append_verified(txn_batch(1, 1, 0, 10), 0, Guard(Some(g)))
+            .unwrap();
+        // Open now: no verification needed, the entry is gone.
+        assert_eq!(
+            p.start_txn_verification(ProducerId(1), 1, 0, 0).unwrap(),
+            None
+        );
+        p.append_verified(txn_batch(1, 1, 1, 10), 0, Guard(None))
+            .unwrap();
+        // A verification for the next transaction starts, then the abort marker lands before
+        // its answer: the stale guard is refused.
+        end_txn(&p, 1, 0, TxnOutcome::Abort);
+        let stale = p
+            .start_txn_verification(ProducerId(1), 2, 0, 0)
+            .unwrap()
+            .unwrap();
+        assert_ne!(stale, g);
+        let end = p.log_end_offset();
+        end_txn(&p, 1, 0, TxnOutcome::Abort);
+        assert!(matches!(
+            p.append_verified(txn_batch(1, 1, 2, 10), 0, Guard(Some(stale))),
+            Err(AppendError::TxnNotVerified { .. })
+        ));
+        assert_eq!(p.log_end_offset(), end + 1, "only the marker");
+        // Two batches of a new producer (any first sequence is accepted from one) verifying at
+        // once: the higher sequence may not go first.
+        let g2 = p
+            .start_txn_verification(ProducerId(3), 5, 0, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            p.start_txn_verification(ProducerId(3), 0, 0, 0).unwrap(),
+            Some(g2)
+        );
+        assert!(matches!(
+            p.append_verified(txn_batch(1, 3, 5, 10), 0, Guard(Some(g2))),
+            Err(AppendError::OutOfOrderSequence { first_seq: 5, .. })
+        ));
+        p.append_verified(txn_batch(5, 3, 0, 10), 0, Guard(Some(g2)))
+            .unwrap();
+        p.append_verified(txn_batch(1, 3, 5, 10), 0, Guard(None))
+            .unwrap();
+        // Verification off: the old behaviour, nothing checked.
+        p.append_verified(txn_batch(1, 2, 0, 10), 0, Off).unwrap();
+        assert_eq!(
+            p.open_txn_first_offset(ProducerId(2)),
+            Some(p.log_end_offset() - 1)
+        );
+        p.close().await.unwrap();
+    });
+}

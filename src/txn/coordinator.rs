@@ -823,6 +823,48 @@ impl Coordinator {
         }
     }
 
+    /// AddPartitionsToTxn with `verify_only` (KIP-890; Kafka's
+    /// `handleVerifyPartitionsInTransaction`): is each partition part of the producer's
+    /// ongoing transaction? Read-only. A partition counts once its addition is stored (a
+    /// pending AddPartitions does not). Errors for all partitions: NOT_COORDINATOR or
+    /// COORDINATOR_LOAD_IN_PROGRESS as for any request, INVALID_PRODUCER_ID_MAPPING for an
+    /// unknown id or another producer, PRODUCER_FENCED for another epoch,
+    /// CONCURRENT_TRANSACTIONS while the transaction commits or aborts. A partition not in the
+    /// transaction is TRANSACTION_ABORTABLE.
+    pub fn verify_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
+        partitions: &[TxnPartition],
+    ) -> Result<Vec<(TxnPartition, Option<ErrorCode>)>, ErrorCode> {
+        if transactional_id.is_empty() {
+            return Err(ErrorCode::InvalidRequest);
+        }
+        self.locate(transactional_id)?;
+        let entry = self
+            .txns
+            .get(transactional_id)
+            .ok_or(ErrorCode::InvalidProducerIdMapping)?;
+        let f = &entry.meta.fields;
+        if f.producer_id != producer_id {
+            return Err(ErrorCode::InvalidProducerIdMapping);
+        }
+        if f.producer_epoch != producer_epoch {
+            return Err(ErrorCode::ProducerFenced);
+        }
+        if matches!(f.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(ErrorCode::ConcurrentTransactions);
+        }
+        Ok(partitions
+            .iter()
+            .map(|p| {
+                let error = (!f.partitions.contains(p)).then_some(ErrorCode::TransactionAbortable);
+                (p.clone(), error)
+            })
+            .collect())
+    }
+
     /// DescribeTransactions for one id: `None` if this shard does not know it.
     pub fn describe(&self, transactional_id: &str) -> Option<TxnDescription> {
         self.txns

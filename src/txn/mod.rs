@@ -31,6 +31,7 @@ pub mod coordinator;
 pub mod limits;
 pub mod record;
 pub mod state;
+pub mod verify;
 
 #[cfg(test)]
 mod tests;

@@ -1303,3 +1303,65 @@ fn describe_and_list_for_admins() {
         1
     );
 }
+
+/// Verify-only AddPartitionsToTxn (KIP-890): only partitions whose addition is stored count;
+/// another producer, another epoch, a commit under way and an id elsewhere answer Kafka's
+/// errors; nothing is appended.
+#[test]
+fn verify_partitions_answers_as_kafka() {
+    let mut h = Host::with_partitions(1, &[0]);
+    let v = |h: &Host, id: &str, p: ProducerIdAndEpoch, parts: &[TxnPartition]| {
+        h.c.verify_partitions(id, p.producer_id, p.epoch, parts)
+    };
+    assert_eq!(
+        v(&h, "t", pe(1000, 0), &[tp("a", 0)]),
+        Err(ErrorCode::InvalidProducerIdMapping),
+        "unknown id"
+    );
+    assert_eq!(v(&h, "", pe(1000, 0), &[]), Err(ErrorCode::InvalidRequest));
+    let p = h.init("t", None).expect("init");
+    assert_eq!(
+        v(&h, "t", p, &[tp("a", 0)]),
+        Ok(vec![(tp("a", 0), Some(ErrorCode::TransactionAbortable))]),
+        "never added: the hanging-transaction case"
+    );
+    // A pending addition does not count until it is stored.
+    h.hold_appends = true;
+    let r = h.add_request("t", p, &[tp("a", 0)]);
+    assert_eq!(
+        v(&h, "t", p, &[tp("a", 0)]),
+        Ok(vec![(tp("a", 0), Some(ErrorCode::TransactionAbortable))])
+    );
+    h.release(Ok(()));
+    assert!(h.answer(r).is_some());
+    h.hold_appends = false;
+    let logged = h.log.values().map(Vec::len).sum::<usize>();
+    assert_eq!(
+        v(&h, "t", p, &[tp("a", 0), tp("a", 1)]),
+        Ok(vec![
+            (tp("a", 0), None),
+            (tp("a", 1), Some(ErrorCode::TransactionAbortable))
+        ])
+    );
+    assert_eq!(h.log.values().map(Vec::len).sum::<usize>(), logged);
+    assert_eq!(
+        v(&h, "t", pe(p.producer_id.0 + 1, p.epoch.0), &[tp("a", 0)]),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        v(&h, "t", pe(p.producer_id.0, p.epoch.0 + 1), &[tp("a", 0)]),
+        Err(ErrorCode::ProducerFenced)
+    );
+    h.hold_markers = true;
+    h.end("t", p, TxnResult::Abort).expect("abort");
+    assert_eq!(
+        v(&h, "t", p, &[tp("a", 0)]),
+        Err(ErrorCode::ConcurrentTransactions)
+    );
+    // Another coordinator's id.
+    let h2 = Host::with_partitions(2, &[]);
+    assert_eq!(
+        v(&h2, "t", p, &[tp("a", 0)]),
+        Err(ErrorCode::NotCoordinator)
+    );
+}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import confluent_kafka
+import pytest
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
@@ -16,6 +17,14 @@ import kproto
 from common import create_topic
 
 TOPIC = "txn-part"
+
+
+@pytest.fixture(autouse=True)
+def no_verification(monkeypatch):
+    """These tests write transactional batches with raw Produce requests, without a
+    coordinator, to drive the partition side alone; KIP-890's verification (as in Kafka) would
+    refuse them, so it is off for these brokers (set before they start)."""
+    monkeypatch.setenv("STRATA_TRANSACTION_PARTITION_VERIFICATION_ENABLE", "false")
 A, B, C = 900_001, 900_002, 900_003  # producer ids (unknown producers are accepted)
 TRANSACTIONAL, CONTROL = 0x10, 0x20
 INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION = 47, 3

@@ -1,30 +1,52 @@
-//! AddPartitionsToTxn, the client versions (v0-3: one transaction per request; the v4+
-//! broker-batched form is not implemented). Partitions the catalog does not know are answered
-//! UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka does; otherwise
-//! the transaction coordinator adds them all and one error (or none) answers every partition.
+//! AddPartitionsToTxn. The client versions (v0-3) carry one transaction; the broker-batched
+//! versions (v4+, KIP-890) carry several, each either added as a client's would be or, with
+//! `verify_only`, only checked: a partition leader asks whether its partitions are in the
+//! producer's ongoing transaction before a transactional batch opens one there
+//! (`shard::txn_verify`). Per transaction, partitions the catalog does not know are answered
+//! UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka does;
+//! otherwise the transaction coordinator adds them all and one error (or none) answers every
+//! partition, or, verifying, answers each partition.
 use std::rc::Rc;
 
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 
 use super::add_offsets_to_txn::wire_error;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
-use crate::shard::txns::{call_txn, TxnRequest};
+use crate::shard::txns::{call_txn, verify_partitions, TxnRequest};
 use crate::shard::ShardCtx;
+use crate::txn::verify::VerifyTxn;
 use crate::txn::{AddPartitionsArgs, TxnPartition};
 
 /// The first version that may answer PRODUCER_FENCED (older: INVALID_PRODUCER_EPOCH).
 const PRODUCER_FENCED_VERSION: i16 = 2;
+
+/// The first broker-batched version (several transactions, `verify_only`).
+const BATCHED_VERSION: i16 = 4;
+
+/// The first version that may answer TRANSACTION_ABORTABLE (older: INVALID_TXN_STATE).
+const ABORTABLE_VERSION: i16 = 5;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
     req: AddPartitionsToTxnRequest,
 ) -> AddPartitionsToTxnResponse {
+    if version >= BATCHED_VERSION {
+        let results = futures::future::join_all(
+            req.transactions
+                .iter()
+                .map(|t| one_transaction(ctx, version, t)),
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default().with_results_by_transaction(results);
+    }
     let known = {
         let catalog = ctx.shared.catalog.load();
         move |topic: &str, p: i32| {
@@ -85,6 +107,103 @@ pub async fn handle(
 
 fn name(t: &AddPartitionsToTxnTopic) -> &str {
     &t.name.0
+}
+
+/// One transaction of a broker-batched request (Kafka's per-transaction handling in
+/// `handleAddPartitionsToTxnRequest`).
+async fn one_transaction(
+    ctx: &Rc<ShardCtx>,
+    version: i16,
+    t: &AddPartitionsToTxnTransaction,
+) -> AddPartitionsToTxnResult {
+    let partitions: Vec<TxnPartition> = t
+        .topics
+        .iter()
+        .flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|&p| TxnPartition::new(name(topic), p))
+        })
+        .collect();
+    let known = {
+        let catalog = ctx.shared.catalog.load();
+        partitions
+            .iter()
+            .map(|p| {
+                catalog.topic(&p.topic).is_some_and(|meta| {
+                    usize::try_from(p.partition)
+                        .ok()
+                        .is_some_and(|i| i < meta.partitions.len())
+                })
+            })
+            .collect::<Vec<bool>>()
+    };
+    let codes: Vec<(TxnPartition, i16)> = if known.iter().any(|k| !k) {
+        partitions
+            .into_iter()
+            .zip(known)
+            .map(|(p, k)| {
+                let e = if k {
+                    ErrorCode::OperationNotAttempted
+                } else {
+                    ErrorCode::UnknownTopicOrPartition
+                };
+                (p, e.code())
+            })
+            .collect()
+    } else if t.verify_only {
+        let txn = VerifyTxn {
+            transactional_id: t.transactional_id.0.to_string(),
+            producer_id: t.producer_id.0,
+            producer_epoch: t.producer_epoch,
+            partitions: partitions.iter().cloned().collect(),
+        };
+        let wire = |e: Option<ErrorCode>| match e {
+            Some(ErrorCode::TransactionAbortable) if version < ABORTABLE_VERSION => {
+                ErrorCode::InvalidTxnState.code()
+            }
+            e => crate::protocol::error::code(e),
+        };
+        match verify_partitions(ctx, txn).await {
+            Ok(answers) => answers.into_iter().map(|(p, e)| (p, wire(e))).collect(),
+            Err(e) => {
+                let code = wire(Some(e));
+                partitions.into_iter().map(|p| (p, code)).collect()
+            }
+        }
+    } else {
+        let args = AddPartitionsArgs {
+            transactional_id: t.transactional_id.0.to_string(),
+            producer_id: ProducerId(t.producer_id.0),
+            producer_epoch: ProducerEpoch(t.producer_epoch),
+            partitions: partitions.clone(),
+        };
+        let error = call_txn(ctx, TxnRequest::AddPartitions(args)).await.error();
+        let code = wire_error(error, version, PRODUCER_FENCED_VERSION);
+        partitions.into_iter().map(|p| (p, code)).collect()
+    };
+    let mut by_topic: std::collections::BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> =
+        Default::default();
+    for (p, code) in codes {
+        by_topic.entry(p.topic).or_default().push(
+            AddPartitionsToTxnPartitionResult::default()
+                .with_partition_index(p.partition)
+                .with_partition_error_code(code),
+        );
+    }
+    AddPartitionsToTxnResult::default()
+        .with_transactional_id(t.transactional_id.clone())
+        .with_topic_results(
+            by_topic
+                .into_iter()
+                .map(|(topic, results)| {
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(super::topic_name(&topic))
+                        .with_results_by_partition(results)
+                })
+                .collect(),
+        )
 }
 
 #[cfg(test)]

@@ -103,10 +103,16 @@ pub async fn handle(
     }
     // Start every shard's part now, in request order per shard.
     let timeout_ms = req.timeout_ms;
+    let transactional_id = req
+        .transactional_id
+        .as_ref()
+        .map(|id| id.0.to_string())
+        .filter(|id| !id.is_empty());
     let launched = fan_out
         .start(ctx, |parts| ShardOp::Produce {
             acks,
             timeout_ms,
+            transactional_id: transactional_id.clone(),
             parts,
         })
         .await;

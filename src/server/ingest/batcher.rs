@@ -376,6 +376,7 @@ async fn start_append(batcher: &Rc<Batcher>, batch: Batch) {
     let op = ShardOp::Produce {
         acks: -1,
         timeout_ms: i32::try_from(ctx.shared.config.request_timeout_ms).unwrap_or(i32::MAX),
+        transactional_id: None,
         parts: vec![(tp.clone(), Some(bytes))],
     };
     batcher.appending.borrow_mut().insert(tp.clone());

@@ -17,8 +17,11 @@ use crate::protocol::error::ErrorCode;
 use crate::protocol::record_batch::{
     null_key_positions, recompress, BatchError, BatchHeader, BatchIter, RecordsError,
 };
+use crate::shard::txn_verify;
 use crate::shard::until;
 use crate::shard::{replica, ShardCtx, TopicPartition};
+use crate::storage::producer_state::TxnVerification;
+use crate::storage::txn_verification::VerificationGuard;
 use crate::storage::{AppendError, CompressionType, Partition};
 
 #[derive(Debug, Clone)]
@@ -66,6 +69,38 @@ enum Staged {
     /// Waiting for its turn in the partition's line (`append_order`) and for room in the
     /// log's staging buffer: append the rest once both come.
     Waiting(Appending),
+    /// A transactional batch that would open its producer's transaction here: the
+    /// transaction coordinator must confirm the partition is in it first (KIP-890).
+    Verifying(Verifying),
+}
+
+/// A part waiting for its transaction coordinator's verification.
+struct Verifying {
+    records: Option<Bytes>,
+    guard: VerificationGuard,
+    producer_id: i64,
+    producer_epoch: i16,
+}
+
+/// Where a part stands with transaction verification (KIP-890 part 1).
+#[derive(Clone, Copy)]
+enum Verify<'a> {
+    /// `transaction_partition_verification_enable` is off.
+    Off,
+    /// On, not verified yet: the request's transactional id, if it has one.
+    Start(Option<&'a str>),
+    /// The coordinator confirmed the partition; the append carries this guard.
+    Verified(VerificationGuard),
+}
+
+impl<'a> Verify<'a> {
+    fn new(enabled: bool, transactional_id: Option<&'a str>) -> Self {
+        if enabled {
+            Verify::Start(transactional_id)
+        } else {
+            Verify::Off
+        }
+    }
 }
 
 /// Appends every part's records at once (those of a partition where nothing waits) and
@@ -75,25 +110,73 @@ pub fn start(
     ctx: Rc<ShardCtx>,
     acks: i16,
     timeout_ms: i32,
+    transactional_id: Option<String>,
     parts: Vec<(TopicPartition, Option<Bytes>)>,
 ) -> impl std::future::Future<Output = Vec<ProduceResult>> + 'static {
     let now = ctx.shared.clock.wall_ms();
     let deadline_ms = ctx.shared.clock.monotonic_ms()
         + timeout_ms.clamp(0, crate::limits::PRODUCE_TIMEOUT_MS_MAX) as u64;
+    let verify_on = ctx.shared.config.transaction_partition_verification_enable;
     let staged: Vec<(TopicPartition, Staged)> = parts
         .into_iter()
-        .map(|(tp, records)| (tp.clone(), stage(&ctx, acks, tp, records, now, None)))
+        .map(|(tp, records)| {
+            let s = stage(
+                &ctx,
+                acks,
+                tp.clone(),
+                records,
+                now,
+                None,
+                Verify::new(verify_on, transactional_id.as_deref()),
+            );
+            (tp, s)
+        })
         .collect();
     async move {
+        // One verification question per producer for all of this request's parts here.
+        let verdicts = verify_parts(&ctx, transactional_id.as_deref(), &staged).await;
+        let id = transactional_id.as_deref();
         // Concurrently: a part waiting its turn on one partition must not hold up this
         // request's turn on another (which could deadlock two requests in opposite order).
-        futures::future::join_all(
-            staged
-                .into_iter()
-                .map(|(tp, s)| finish(&ctx, acks, tp, s, deadline_ms)),
-        )
+        futures::future::join_all(staged.into_iter().map(|(tp, s)| {
+            let verify = Verify::new(verify_on, id);
+            finish(&ctx, acks, tp, s, deadline_ms, verify, &verdicts)
+        }))
         .await
     }
+}
+
+/// The coordinator's answer for each part's partition (`None`: confirmed).
+type Verdicts = std::collections::HashMap<TopicPartition, Option<ErrorCode>>;
+
+/// Asks the transaction coordinator about every part that is `Staged::Verifying`, one
+/// question per producer id and epoch.
+async fn verify_parts(
+    ctx: &Rc<ShardCtx>,
+    transactional_id: Option<&str>,
+    staged: &[(TopicPartition, Staged)],
+) -> Verdicts {
+    let mut verdicts = Verdicts::new();
+    let Some(id) = transactional_id else {
+        return verdicts;
+    };
+    let mut by_producer: std::collections::BTreeMap<(i64, i16), Vec<TopicPartition>> =
+        Default::default();
+    for (tp, s) in staged {
+        if let Staged::Verifying(v) = s {
+            by_producer
+                .entry((v.producer_id, v.producer_epoch))
+                .or_default()
+                .push(tp.clone());
+        }
+    }
+    let asks = by_producer
+        .into_iter()
+        .map(|((pid, epoch), tps)| txn_verify::verify(ctx, id, pid, epoch, tps));
+    for answer in futures::future::join_all(asks).await {
+        verdicts.extend(answer);
+    }
+    verdicts
 }
 
 /// One part after its synchronous append: opens the partition if needed, waits its turn
@@ -104,6 +187,8 @@ async fn finish(
     tp: TopicPartition,
     staged: Staged,
     deadline_ms: u64,
+    verify: Verify<'_>,
+    verdicts: &Verdicts,
 ) -> ProduceResult {
     let clock = &*ctx.shared.clock;
     let staged = match staged {
@@ -120,7 +205,53 @@ async fn finish(
                         None => ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None),
                     })
                 }
-                _ => stage(ctx, acks, tp, records, clock.wall_ms(), Some(ticket)),
+                _ => stage(
+                    ctx,
+                    acks,
+                    tp,
+                    records,
+                    clock.wall_ms(),
+                    Some(ticket),
+                    verify,
+                ),
+            }
+        }
+        other => other,
+    };
+    let staged = match staged {
+        Staged::Verifying(v) => {
+            let verdict = match verdicts.get(&tp) {
+                Some(verdict) => *verdict,
+                // Staged after opening the partition: asked on its own.
+                None => match verify {
+                    Verify::Start(Some(id)) => txn_verify::verify(
+                        ctx,
+                        id,
+                        v.producer_id,
+                        v.producer_epoch,
+                        vec![tp.clone()],
+                    )
+                    .await
+                    .into_iter()
+                    .next()
+                    .and_then(|(_, e)| e),
+                    _ => Some(ErrorCode::InvalidTxnState),
+                },
+            };
+            match verdict {
+                None => stage(
+                    ctx,
+                    acks,
+                    tp.clone(),
+                    v.records,
+                    clock.wall_ms(),
+                    None,
+                    Verify::Verified(v.guard),
+                ),
+                Some(e) => {
+                    let (code, message) = crate::txn::verify::produce_error(e);
+                    Staged::Failed(ProduceResult::error(code, message))
+                }
             }
         }
         other => other,
@@ -158,7 +289,7 @@ async fn finish(
             }
         }
         Staged::Failed(r) => r,
-        Staged::NotOpen(..) | Staged::Waiting(_) => {
+        Staged::NotOpen(..) | Staged::Waiting(_) | Staged::Verifying(_) => {
             ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None)
         }
     }
@@ -174,6 +305,7 @@ fn stage(
     records: Option<Bytes>,
     now: i64,
     ticket: Option<Ticket>,
+    verify: Verify<'_>,
 ) -> Staged {
     use replica::LeaderCheck;
     let not_open = |tp: TopicPartition, records, ticket: Option<Ticket>| {
@@ -200,12 +332,63 @@ fn stage(
             Some("the in-sync replicas are fewer than min.insync.replicas".into()),
         ));
     }
-    let staged = match prepare(&tp, p, records.as_ref()) {
+    let verification = match verify {
+        Verify::Off => TxnVerification::Off,
+        Verify::Verified(guard) => TxnVerification::Guard(Some(guard)),
+        Verify::Start(id) => match start_verification(&p, id, records.as_ref(), now) {
+            Ok(None) => TxnVerification::Guard(None),
+            Ok(Some(v)) => {
+                // Waits for the coordinator outside the partition's line (as Kafka verifies
+                // outside the log's lock): other producers' appends go on meanwhile.
+                drop(ticket);
+                return Staged::Verifying(Verifying { records, ..v });
+            }
+            Err(failed) => return Staged::Failed(failed),
+        },
+    };
+    let staged = match prepare(&tp, p, records.as_ref(), verification) {
         Ok(appending) => append_in_order(&ctx.append_order, &tp, appending, ticket, now),
         Err(failed) => Staged::Failed(failed),
     };
     replica::on_local_append(ctx, &tp);
     staged
+}
+
+/// Kafka's `maybeStartTransactionVerification` for a part: if the request names a
+/// transactional id and its first transactional batch would open its producer's
+/// transaction, the verification to run (`records` left for the caller to fill); `None`
+/// if nothing is to verify (the append still checks: a transactional batch with no
+/// transaction open and no guard is refused).
+fn start_verification(
+    p: &Partition,
+    transactional_id: Option<&str>,
+    records: Option<&Bytes>,
+    now: i64,
+) -> Result<Option<Verifying>, ProduceResult> {
+    let (Some(_), Some(records)) = (transactional_id, records) else {
+        return Ok(None);
+    };
+    let first = BatchIter::new(records).find_map(|item| match item {
+        Ok((_, h)) if h.is_transactional() && !h.is_control() && h.producer_id >= 0 => Some(h),
+        _ => None,
+    });
+    let Some(h) = first else {
+        return Ok(None);
+    };
+    let producer_id = crate::protocol::producer::ProducerId(h.producer_id);
+    match p.start_txn_verification(producer_id, h.base_sequence, h.producer_epoch, now) {
+        Ok(None) => Ok(None),
+        Ok(Some(guard)) => Ok(Some(Verifying {
+            records: None,
+            guard,
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+        })),
+        Err(full) => Err(ProduceResult::error(
+            ErrorCode::NotEnoughReplicas,
+            Some(full.to_string()),
+        )),
+    }
 }
 
 /// The answer to an append refused because too many wait for its partition already.
@@ -254,6 +437,7 @@ fn prepare(
     tp: &TopicPartition,
     partition: Rc<Partition>,
     records: Option<&Bytes>,
+    verification: TxnVerification,
 ) -> Result<Appending, ProduceResult> {
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return Err(ProduceResult::error(
@@ -331,6 +515,7 @@ fn prepare(
         first: None,
         last_offset: -1,
         ticket: None,
+        verification,
     })
 }
 
@@ -427,6 +612,8 @@ struct Appending {
     first: Option<ProduceResult>,
     last_offset: i64,
     ticket: Option<Ticket>,
+    /// Checked on every batch (KIP-890): the first transactional one opens the transaction.
+    verification: TxnVerification,
 }
 
 /// Where `Appending::advance` stopped.
@@ -447,7 +634,10 @@ impl Appending {
             };
             // The log copies the batch once, out of the request frame, into a buffer it owns
             // and patches (base offset, leader epoch) in place.
-            match self.partition.append(slice, now) {
+            match self
+                .partition
+                .append_verified(slice, now, self.verification)
+            {
                 Ok(o) => {
                     // One add per batch; its record count comes from its offsets.
                     let records = o
@@ -603,7 +793,13 @@ mod tests {
                 partition: 0,
             };
             let stage = |payload| {
-                let appending = prepare(&tp, Rc::clone(&p), Some(&batch(payload))).unwrap();
+                let appending = prepare(
+                    &tp,
+                    Rc::clone(&p),
+                    Some(&batch(payload)),
+                    TxnVerification::Off,
+                )
+                .unwrap();
                 append_in_order(&order, &tp, appending, None, 0)
             };
             let big = stage(100_000);

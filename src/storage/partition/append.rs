@@ -23,12 +23,14 @@ use crate::protocol::record_batch::{
 };
 use crate::storage::budget::{Charge, MemoryClass};
 use crate::storage::producer_state::{
-    AppendOrigin, BatchIdentity, CompletedTxn, MarkerRefused, SequenceError, Verdict,
+    AppendOrigin, BatchIdentity, CompletedTxn, MarkerRefused, SequenceError, TxnVerification,
+    Verdict, VerificationRefused,
 };
 use crate::storage::recovery::offset_follows;
 use crate::storage::segment::Segment;
 use crate::storage::tail_cache::CachedBatch;
 use crate::storage::txn_index::AbortedTxn;
+use crate::storage::txn_verification::{VerificationGuard, VerificationsFull};
 use crate::storage::{
     AppendError, Error, FlushPolicy, ReplicaAppendError, TimestampType, STAGING_BYTES_MAX,
 };
@@ -123,7 +125,39 @@ impl Partition {
         batch: impl AsRef<[u8]>,
         now_ms: i64,
     ) -> Result<AppendOutcome, AppendError> {
-        self.append_from(batch.as_ref(), now_ms, AppendOrigin::Client)
+        self.append_from(
+            batch.as_ref(),
+            now_ms,
+            AppendOrigin::Client,
+            TxnVerification::Off,
+        )
+    }
+
+    /// `append` of a producer's batch under transaction verification (KIP-890): a
+    /// transactional batch that would open a transaction is refused (`TxnNotVerified`) unless
+    /// `verification` carries the producer's current guard (`start_txn_verification`).
+    pub fn append_verified(
+        &self,
+        batch: impl AsRef<[u8]>,
+        now_ms: i64,
+        verification: TxnVerification,
+    ) -> Result<AppendOutcome, AppendError> {
+        self.append_from(batch.as_ref(), now_ms, AppendOrigin::Client, verification)
+    }
+
+    /// Starts verifying that this partition is in `producer_id`'s transaction: `None` if it
+    /// has one open here at `epoch` already, else the guard the append must carry.
+    pub fn start_txn_verification(
+        &self,
+        producer_id: ProducerId,
+        sequence: i32,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<Option<VerificationGuard>, VerificationsFull> {
+        self.inner
+            .borrow_mut()
+            .producers
+            .start_verification(producer_id, sequence, epoch, now_ms)
     }
 
     /// `append` of a batch the broker's own coordinator wrote (Kafka's
@@ -136,7 +170,12 @@ impl Partition {
         batch: impl AsRef<[u8]>,
         now_ms: i64,
     ) -> Result<AppendOutcome, AppendError> {
-        self.append_from(batch.as_ref(), now_ms, AppendOrigin::Coordinator)
+        self.append_from(
+            batch.as_ref(),
+            now_ms,
+            AppendOrigin::Coordinator,
+            TxnVerification::Off,
+        )
     }
 
     fn append_from(
@@ -144,6 +183,7 @@ impl Partition {
         input: &[u8],
         now_ms: i64,
         origin: AppendOrigin,
+        verification: TxnVerification,
     ) -> Result<AppendOutcome, AppendError> {
         let header = BatchHeader::parse(input).map_err(AppendError::CorruptMessage)?;
         if header.total_len() != input.len() {
@@ -283,6 +323,22 @@ impl Partition {
             }
             Err(SequenceError::InvalidTxnState { producer_id }) => {
                 return Err(AppendError::InvalidTxnState { producer_id })
+            }
+        }
+        match inner.producers.check_verification(&id, verification) {
+            Ok(()) => {}
+            Err(VerificationRefused::NotVerified) => {
+                return Err(AppendError::TxnNotVerified {
+                    producer_id: id.producer_id,
+                })
+            }
+            Err(VerificationRefused::OutOfOrder { lowest_sequence }) => {
+                return Err(AppendError::OutOfOrderSequence {
+                    producer_id: id.producer_id,
+                    epoch: id.epoch,
+                    first_seq: id.first_seq,
+                    last_seq: Some(lowest_sequence.saturating_sub(1)),
+                })
             }
         }
         let staged = inner.staged_bytes() as usize;
