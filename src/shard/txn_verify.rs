@@ -168,8 +168,12 @@ async fn remote_round(ctx: &Rc<ShardCtx>, node: NodeId, txns: Vec<VerifyTxn>) ->
         None => {
             let addr = {
                 let catalog = ctx.shared.catalog.load();
-                match catalog.brokers.get(&node) {
-                    Some(b) => format!("{}:{}", b.host, b.port),
+                match catalog
+                    .brokers
+                    .get(&node)
+                    .and_then(|b| ctx.shared.peer_address(b))
+                {
+                    Some(addr) => addr,
                     None => return NodeResult::Failed(ErrorCode::CoordinatorNotAvailable),
                 }
             };

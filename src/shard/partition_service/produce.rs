@@ -74,9 +74,13 @@ enum Staged {
     Verifying(Verifying),
 }
 
-/// A part waiting for its transaction coordinator's verification.
+/// A part waiting for its transaction coordinator's verification. It holds its place in the
+/// partition's line meanwhile: a producer pipelines its batches (Kafka reads one request per
+/// connection at a time, Strata does not), and a later batch of the same producer, finding the
+/// transaction open once this one's predecessor is in, must not be appended before this one.
 struct Verifying {
     records: Option<Bytes>,
+    ticket: Option<Ticket>,
     guard: VerificationGuard,
     producer_id: i64,
     producer_epoch: i16,
@@ -245,7 +249,7 @@ async fn finish(
                     tp.clone(),
                     v.records,
                     clock.wall_ms(),
-                    None,
+                    v.ticket,
                     Verify::Verified(v.guard),
                 ),
                 Some(e) => {
@@ -338,10 +342,15 @@ fn stage(
         Verify::Start(id) => match start_verification(&p, id, records.as_ref(), now) {
             Ok(None) => TxnVerification::Guard(None),
             Ok(Some(v)) => {
-                // Waits for the coordinator outside the partition's line (as Kafka verifies
-                // outside the log's lock): other producers' appends go on meanwhile.
-                drop(ticket);
-                return Staged::Verifying(Verifying { records, ..v });
+                let ticket = match ticket.map_or_else(|| ctx.append_order.enqueue(&tp), Ok) {
+                    Ok(t) => t,
+                    Err(full) => return Staged::Failed(line_full(full)),
+                };
+                return Staged::Verifying(Verifying {
+                    records,
+                    ticket: Some(ticket),
+                    ..v
+                });
             }
             Err(failed) => return Staged::Failed(failed),
         },
@@ -380,6 +389,7 @@ fn start_verification(
         Ok(None) => Ok(None),
         Ok(Some(guard)) => Ok(Some(Verifying {
             records: None,
+            ticket: None,
             guard,
             producer_id: h.producer_id,
             producer_epoch: h.producer_epoch,
