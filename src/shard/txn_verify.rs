@@ -57,8 +57,8 @@ pub struct VerifyShard {
 pub async fn verify(
     ctx: &Rc<ShardCtx>,
     transactional_id: &str,
-    producer_id: i64,
-    producer_epoch: i16,
+    producer_id: crate::protocol::producer::ProducerId,
+    producer_epoch: crate::protocol::producer::ProducerEpoch,
     partitions: Vec<TopicPartition>,
 ) -> Vec<(TopicPartition, Option<ErrorCode>)> {
     let all = |e: ErrorCode, partitions: Vec<TopicPartition>| {
@@ -236,8 +236,8 @@ fn verify_request(txns: &[VerifyTxn]) -> AddPartitionsToTxnRequest {
                 .with_transactional_id(TransactionalId(StrBytes::from_string(
                     t.transactional_id.clone(),
                 )))
-                .with_producer_id(ProducerId(t.producer_id))
-                .with_producer_epoch(t.producer_epoch)
+                .with_producer_id(ProducerId(t.producer_id.0))
+                .with_producer_epoch(t.producer_epoch.0)
                 .with_verify_only(true)
                 .with_topics(
                     by_topic

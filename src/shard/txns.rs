@@ -298,8 +298,8 @@ pub fn start_admin(ctx: Rc<ShardCtx>, req: TxnAdminRequest) -> LocalBoxFuture<'s
                 let partitions: Vec<TxnPartition> = txn.partitions.into_iter().collect();
                 TxnAdminReply::Verify(c.verify_partitions(
                     &txn.transactional_id,
-                    crate::protocol::producer::ProducerId(txn.producer_id),
-                    crate::protocol::producer::ProducerEpoch(txn.producer_epoch),
+                    txn.producer_id,
+                    txn.producer_epoch,
                     &partitions,
                 ))
             }

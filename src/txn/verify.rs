@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{ErrorCode, TxnPartition};
 use crate::limits::TXN_VERIFY_WAITERS_MAX;
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
 
 /// Who waits for an answer (the glue's handle).
 pub type WaiterId = u64;
@@ -27,8 +28,8 @@ pub type NodeId = i32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyTxn {
     pub transactional_id: String,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
     pub partitions: BTreeSet<TxnPartition>,
 }
 
@@ -283,8 +284,8 @@ mod tests {
     fn txn(id: &str, pid: i64, epoch: i16, parts: &[i32]) -> VerifyTxn {
         VerifyTxn {
             transactional_id: id.to_string(),
-            producer_id: pid,
-            producer_epoch: epoch,
+            producer_id: ProducerId(pid),
+            producer_epoch: ProducerEpoch(epoch),
             partitions: parts.iter().map(|&p| tp(p)).collect(),
         }
     }

@@ -155,8 +155,8 @@ async fn one_transaction(
     } else if t.verify_only {
         let txn = VerifyTxn {
             transactional_id: t.transactional_id.0.to_string(),
-            producer_id: t.producer_id.0,
-            producer_epoch: t.producer_epoch,
+            producer_id: ProducerId(t.producer_id.0),
+            producer_epoch: ProducerEpoch(t.producer_epoch),
             partitions: partitions.iter().cloned().collect(),
         };
         let wire = |e: Option<ErrorCode>| match e {

@@ -14,6 +14,7 @@ use super::append_order::{AppendOrder, LineFull, Ticket};
 use crate::clock::Clock;
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::error::ErrorCode;
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
 use crate::protocol::record_batch::{
     null_key_positions, recompress, BatchError, BatchHeader, BatchIter, RecordsError,
 };
@@ -82,8 +83,8 @@ struct Verifying {
     records: Option<Bytes>,
     ticket: Option<Ticket>,
     guard: VerificationGuard,
-    producer_id: i64,
-    producer_epoch: i16,
+    producer_id: ProducerId,
+    producer_epoch: ProducerEpoch,
 }
 
 /// Where a part stands with transaction verification (KIP-890 part 1).
@@ -164,8 +165,10 @@ async fn verify_parts(
     let Some(id) = transactional_id else {
         return verdicts;
     };
-    let mut by_producer: std::collections::BTreeMap<(i64, i16), Vec<TopicPartition>> =
-        Default::default();
+    let mut by_producer: std::collections::BTreeMap<
+        (ProducerId, ProducerEpoch),
+        Vec<TopicPartition>,
+    > = Default::default();
     for (tp, s) in staged {
         if let Staged::Verifying(v) = s {
             by_producer
@@ -384,15 +387,15 @@ fn start_verification(
     let Some(h) = first else {
         return Ok(None);
     };
-    let producer_id = crate::protocol::producer::ProducerId(h.producer_id);
+    let producer_id = ProducerId(h.producer_id);
     match p.start_txn_verification(producer_id, h.base_sequence, h.producer_epoch, now) {
         Ok(None) => Ok(None),
         Ok(Some(guard)) => Ok(Some(Verifying {
             records: None,
             ticket: None,
             guard,
-            producer_id: h.producer_id,
-            producer_epoch: h.producer_epoch,
+            producer_id,
+            producer_epoch: ProducerEpoch(h.producer_epoch),
         })),
         Err(full) => Err(ProduceResult::error(
             ErrorCode::NotEnoughReplicas,
