@@ -26,12 +26,14 @@ use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType, NO_SEQUENCE,
 };
 use tracing::{info, warn};
 
 use super::mesh::call;
 use super::ops::{ShardOp, ShardReply};
+use super::txn_verify;
 use super::ShardCtx;
 use crate::clock::Now;
 use crate::cluster::catalog::Catalog;
@@ -42,6 +44,7 @@ use crate::group::{
 };
 use crate::protocol::control::{control_key_outcome, TxnOutcome};
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::storage::producer_state::TxnVerification;
 use crate::storage::{AppendError, Partition};
 
 /// How often the coordinator's timers advance; session and rebalance timeouts are seconds,
@@ -77,8 +80,12 @@ pub enum GroupRequest {
         members: Vec<LeaveMember>,
     },
     Commit(CommitArgs),
-    /// TxnOffsetCommit; answered as `GroupReply::Commit`.
-    TxnCommit(TxnCommitArgs),
+    /// TxnOffsetCommit; answered as `GroupReply::Commit`. The transactional id is for
+    /// verifying the commit with the transaction coordinator (KIP-890 part 1).
+    TxnCommit {
+        transactional_id: String,
+        args: TxnCommitArgs,
+    },
     Fetch {
         group_id: String,
         partitions: Option<Vec<(String, i32)>>,
@@ -136,6 +143,8 @@ pub struct GroupShard {
 /// and sends the batch's last offset (or `None`: it failed).
 struct WaitingAppend {
     batch: Bytes,
+    /// A transactional offset commit's verification (`txn_commit`).
+    verification: TxnVerification,
     /// On the broker's monotonic clock.
     deadline_ms: u64,
     done: oneshot::Sender<Option<i64>>,
@@ -284,7 +293,10 @@ async fn serve(ctx: &Rc<ShardCtx>, partition: i32, req: GroupRequest) -> GroupRe
             GroupReply::Leave(r)
         }
         GroupRequest::Commit(args) => commit(ctx, partition, args, now).await,
-        GroupRequest::TxnCommit(args) => txn_commit(ctx, partition, args, now).await,
+        GroupRequest::TxnCommit {
+            transactional_id,
+            args,
+        } => txn_commit(ctx, partition, &transactional_id, args).await,
         GroupRequest::Fetch {
             group_id,
             partitions,
@@ -344,7 +356,13 @@ async fn commit(ctx: &Rc<ShardCtx>, partition: i32, args: CommitArgs, now: Now) 
     if plan.records.is_empty() {
         return GroupReply::Commit(plan.results);
     }
-    let durable = match append(ctx, plan.partition, &plan.records, None) {
+    let durable = match append(
+        ctx,
+        plan.partition,
+        &plan.records,
+        None,
+        TxnVerification::Off,
+    ) {
         Ok(wait) => wait.await,
         Err(_) => None,
     };
@@ -370,15 +388,31 @@ async fn commit(ctx: &Rc<ShardCtx>, partition: i32, args: CommitArgs, now: Now) 
 /// accepted; their records are appended as a transactional batch of the producer (so the
 /// partition tracks its open transaction and the WriteTxnMarkers marker closes it), acks=all.
 /// The producer's COMMIT or ABORT marker ends them (`complete_txn_offsets`).
+///
+/// With `transaction_partition_verification_enable` (KIP-890 part 1), as Kafka's group
+/// coordinator does, the commit is first verified with the transaction coordinator: the
+/// group's partition must be in the producer's ongoing transaction (AddOffsetsToTxn added
+/// it), else INVALID_TXN_STATE and nothing is pending. Unverified, the batch would open a
+/// transaction on `__consumer_offsets` that no marker ever ends: its offsets pending (and
+/// the partition's last stable offset held) for ever, or ended by a later transaction's
+/// marker they do not belong to. The append carries the verification's guard, so a marker
+/// that ends the transaction meanwhile (an abort on timeout) makes the append fail instead
+/// of opening a new transaction after it.
 async fn txn_commit(
     ctx: &Rc<ShardCtx>,
     partition: i32,
+    transactional_id: &str,
     args: TxnCommitArgs,
-    now: Now,
 ) -> GroupReply {
     let group_id = args.group_id.clone();
     let count = args.offsets.len();
     let producer = (args.producer_id, args.producer_epoch);
+    let verification = match verify_txn_commit(ctx, partition, transactional_id, producer).await {
+        Ok(v) => v,
+        Err(e) => return GroupReply::Commit(vec![Some(e); count]),
+    };
+    // After the verification's round trip: the group may have changed meanwhile.
+    let now = ctx.shared.clock.now();
     let plan = ctx
         .groups
         .coordinator
@@ -391,7 +425,14 @@ async fn txn_commit(
     if plan.records.is_empty() {
         return GroupReply::Commit(plan.results);
     }
-    let written = match append(ctx, plan.partition, &plan.records, Some(producer)) {
+    let appended = append(
+        ctx,
+        plan.partition,
+        &plan.records,
+        Some(producer),
+        verification,
+    );
+    let written = match appended {
         Ok(wait) => wait.await.ok_or(ErrorCode::CoordinatorNotAvailable),
         Err(e) => Err(e),
     };
@@ -405,6 +446,51 @@ async fn txn_commit(
             coordinator.txn_commit_failed(&group_id, producer.0, &plan.accepted);
             GroupReply::Commit(plan.results.iter().map(|r| Some(r.unwrap_or(e))).collect())
         }
+    }
+}
+
+/// Kafka's `maybeStartTransactionVerification` for a transactional offset commit to
+/// `__consumer_offsets`-`partition`: nothing to ask if verification is off or the producer
+/// has a transaction open there at this epoch (the append still checks it is open), else
+/// the transaction coordinator confirms the partition is in the transaction. Errors as
+/// Kafka's group coordinator answers them (`handleOperationException`): NETWORK_EXCEPTION,
+/// which older clients do not retry well, is COORDINATOR_LOAD_IN_PROGRESS (retried without a
+/// coordinator lookup); a partition not in the transaction is INVALID_TXN_STATE.
+async fn verify_txn_commit(
+    ctx: &Rc<ShardCtx>,
+    partition: i32,
+    transactional_id: &str,
+    (producer_id, producer_epoch): (ProducerId, ProducerEpoch),
+) -> Result<TxnVerification, ErrorCode> {
+    if !ctx.shared.config.transaction_partition_verification_enable {
+        return Ok(TxnVerification::Off);
+    }
+    let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
+        return Err(ErrorCode::NotCoordinator);
+    };
+    let now = ctx.shared.clock.wall_ms();
+    // A coordinator's batch carries no sequence.
+    let guard = match p.start_txn_verification(producer_id, NO_SEQUENCE, producer_epoch.0, now) {
+        Ok(None) => return Ok(TxnVerification::Guard(None)),
+        Ok(Some(guard)) => guard,
+        Err(full) => {
+            warn!(
+                partition,
+                "cannot verify a transactional offset commit: {full}"
+            );
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+    };
+    let tp = offsets_tp(partition);
+    let answer = txn_verify::verify(ctx, transactional_id, producer_id, producer_epoch, vec![tp])
+        .await
+        .into_iter()
+        .next()
+        .map_or(Some(ErrorCode::NetworkException), |(_, e)| e);
+    match answer {
+        None => Ok(TxnVerification::Guard(Some(guard))),
+        Some(ErrorCode::NetworkException) => Err(ErrorCode::CoordinatorLoadInProgress),
+        Some(e) => Err(coordinator_error(e)),
     }
 }
 
@@ -433,7 +519,7 @@ fn run_outputs(ctx: &Rc<ShardCtx>, out: Vec<Output>) -> Vec<DurableWait> {
             Output::Join(id, r) => answer(ctx, id, GroupReply::Join(r)),
             Output::Sync(id, r) => syncs.push((id, r)),
             Output::Append { partition, records } => {
-                if let Ok(w) = append(ctx, partition, &records, None) {
+                if let Ok(w) = append(ctx, partition, &records, None, TxnVerification::Off) {
                     waits.push(Box::pin(w.map(|o| o.is_some())));
                 }
             }
@@ -491,6 +577,7 @@ fn append(
     partition: i32,
     records: &[LogRecord],
     txn: Option<(ProducerId, ProducerEpoch)>,
+    verification: TxnVerification,
 ) -> Result<AppendWait, ErrorCode> {
     let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
         warn!(
@@ -514,7 +601,7 @@ fn append(
     // still leads at it once the high watermark passed the batch.
     let epoch = ctx.replicas.leader_epoch(&offsets_tp(partition));
     if !queued {
-        match p.append_coordinator(&batch, now) {
+        match p.append_coordinator(&batch, now, verification) {
             Ok(o) => {
                 appended_locally(ctx, partition);
                 return Ok(Box::pin(committed(
@@ -532,8 +619,8 @@ fn append(
             }
         }
     }
-    let appended =
-        wait_for_room(ctx, partition, batch).ok_or(ErrorCode::CoordinatorNotAvailable)?;
+    let appended = wait_for_room(ctx, partition, batch, verification)
+        .ok_or(ErrorCode::CoordinatorNotAvailable)?;
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
         match appended.await {
@@ -606,6 +693,7 @@ fn wait_for_room(
     ctx: &Rc<ShardCtx>,
     partition: i32,
     batch: Bytes,
+    verification: TxnVerification,
 ) -> Option<oneshot::Receiver<Option<i64>>> {
     let (done, appended) = oneshot::channel();
     let start_drainer = {
@@ -620,6 +708,7 @@ fn wait_for_room(
         let queue = waiting.entry(partition).or_default();
         queue.push_back(WaitingAppend {
             batch,
+            verification,
             deadline_ms: ctx.shared.clock.monotonic_ms() + GROUP_COMMIT_TIMEOUT.as_millis() as u64,
             done,
         });
@@ -640,13 +729,13 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
             let front = waiting
                 .get(&partition)
                 .and_then(VecDeque::front)
-                .map(|a| (a.batch.clone(), a.deadline_ms));
+                .map(|a| (a.batch.clone(), a.verification, a.deadline_ms));
             if front.is_none() {
                 waiting.remove(&partition);
             }
             front
         };
-        let Some((batch, deadline_ms)) = front else {
+        let Some((batch, verification, deadline_ms)) = front else {
             return;
         };
         let clock = &*ctx.shared.clock;
@@ -659,19 +748,21 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
                         "no room in the log within {GROUP_COMMIT_TIMEOUT:?}"
                     )),
                     Some(Err(e)) => Err(e.to_string()),
-                    Some(Ok(())) => match p.append_coordinator(&batch, clock.wall_ms()) {
-                        Ok(o) => {
-                            appended_locally(&ctx, partition);
-                            Ok(o.last_offset)
+                    Some(Ok(())) => {
+                        match p.append_coordinator(&batch, clock.wall_ms(), verification) {
+                            Ok(o) => {
+                                appended_locally(&ctx, partition);
+                                Ok(o.last_offset)
+                            }
+                            // Another log took the room first: wait again, until the deadline.
+                            Err(AppendError::Backpressure { .. })
+                                if clock.monotonic_ms() < deadline_ms =>
+                            {
+                                continue
+                            }
+                            Err(e) => Err(e.to_string()),
                         }
-                        // Another log took the room first: wait again, until the deadline.
-                        Err(AppendError::Backpressure { .. })
-                            if clock.monotonic_ms() < deadline_ms =>
-                        {
-                            continue
-                        }
-                        Err(e) => Err(e.to_string()),
-                    },
+                    }
                 }
             }
         };

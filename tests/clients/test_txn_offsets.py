@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.producer.transaction import (InitProducerIdRequest, TxnOffsetCommitRequest,
                                                  WriteTxnMarkersRequest)
@@ -24,6 +25,15 @@ INVALID_PRODUCER_EPOCH, UNSTABLE_OFFSET_COMMIT = 47, 88
 # Top-level answers while a restarted coordinator loads or is being found: retried.
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 API_TXN_OFFSET_COMMIT = 28
+
+
+@pytest.fixture(autouse=True)
+def no_verification(monkeypatch):
+    """These tests commit with a producer id no transaction coordinator knows and write the
+    markers themselves (WriteTxnMarkers), to drive the group coordinator's side alone;
+    KIP-890's verification (as in Kafka) would refuse such commits (test_txn_verification.py),
+    so it is off for these brokers (set before they start)."""
+    monkeypatch.setenv("STRATA_TRANSACTION_PARTITION_VERIFICATION_ENABLE", "false")
 
 
 def offsets_partition(bs: str, group: str) -> int:

@@ -10,6 +10,11 @@ to the transaction"): nothing is appended, the high watermark and the LSO stay w
 Once the partition is added, the same batch goes in (the positive control), and EndTxn's abort
 releases the LSO.
 
+The same defence guards a transaction's offset commits: a TxnOffsetCommit for a group whose
+`__consumer_offsets` partition the producer never added (no AddOffsetsToTxn) would leave its
+offsets pending for ever, and that partition's LSO held. The group coordinator verifies it with
+the transaction coordinator and refuses it with INVALID_TXN_STATE.
+
 Kafka 4.1 runs with `transaction.partition.verification.enable` at its default (true), as Strata.
 """
 
@@ -25,8 +30,10 @@ from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.producer.produce import ProduceRequest
-from kafka.protocol.producer.transaction import (AddPartitionsToTxnRequest, EndTxnRequest,
-                                                 InitProducerIdRequest)
+from kafka.protocol.consumer.group import OffsetFetchRequest
+from kafka.protocol.producer.transaction import (AddOffsetsToTxnRequest,
+                                                 AddPartitionsToTxnRequest, EndTxnRequest,
+                                                 InitProducerIdRequest, TxnOffsetCommitRequest)
 
 import kproto
 from common import create_topic
@@ -36,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 import reference_kafka  # noqa: E402
 
 TRANSACTIONAL = 0x10
-INVALID_TXN_STATE = 48
+INVALID_TXN_STATE, UNSTABLE_OFFSET_COMMIT = 48, 88
 # Answers while the coordinator is being created or loads: asked again.
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 
@@ -51,11 +58,12 @@ def retry(fn, timeout_s: float = 60.0):
         time.sleep(0.3)
 
 
-def find_coordinator(bs: str, txn_id: str) -> None:
+def find_coordinator(bs: str, txn_id: str, key_type: int = 1) -> None:
+    """FindCoordinator for a transactional id (key type 1) or a group (0), until found."""
     R = FindCoordinatorRequest
 
     def once():
-        resp = kproto.call(bs, R[3](key=txn_id, key_type=1))
+        resp = kproto.call(bs, R[3](key=txn_id, key_type=key_type))
         return resp.error_code, None
     err, _ = retry(once)
     assert err == 0, err
@@ -188,6 +196,127 @@ EXPECTED = {
 }
 
 
+def add_offsets(bs: str, txn_id: str, pid: int, epoch: int, group: str) -> int:
+    R = AddOffsetsToTxnRequest
+
+    def once():
+        resp = kproto.call(bs, R[3](transactional_id=txn_id, producer_id=pid,
+                                    producer_epoch=epoch, group_id=group), timeout_s=30.0)
+        return resp.error_code, None
+    return retry(once)[0]
+
+
+def txn_offset_commit(bs: str, txn_id: str, group: str, pid: int, epoch: int, topic: str,
+                      offset: int) -> int:
+    """TxnOffsetCommit v3 (what a transaction version 1 client sends) of `offset` for
+    `topic`-0, no group membership; the partition's error."""
+    R = TxnOffsetCommitRequest
+    part = R.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+        partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+        committed_metadata="")
+    req = R[3](transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+               generation_id=-1, member_id="", group_instance_id=None,
+               topics=[R.TxnOffsetCommitRequestTopic(name=topic, partitions=[part])])
+
+    def once():
+        resp = kproto.call(bs, req, timeout_s=30.0)
+        return resp.topics[0].partitions[0].error_code, None
+    return retry(once)[0]
+
+
+def committed(bs: str, group: str, topic: str) -> tuple[int, int]:
+    """OffsetFetch v7 with require_stable of `topic`-0: (offset, error); a commit pending in
+    an open transaction answers UNSTABLE_OFFSET_COMMIT."""
+    R = OffsetFetchRequest
+    req = R[7](group_id=group, require_stable=True,
+               topics=[R.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+
+    def once():
+        resp = kproto.call(bs, req)
+        if resp.error_code:
+            return resp.error_code, None
+        p = resp.topics[0].partitions[0]
+        return 0, (p.committed_offset, p.error_code)
+    err, value = retry(once)
+    assert err == 0, err
+    return value
+
+
+def offsets_partition_stable(bs: str, group: str) -> bool:
+    """Whether the group's `__consumer_offsets` partition has no open transaction holding its
+    last stable offset (ListOffsets latest: read_committed equals read_uncommitted)."""
+    n = len(kproto.metadata_v1(bs, "__consumer_offsets")["partitions"])
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    partition = (0 if h == -(1 << 31) else abs(h)) % n
+    latest = []
+    for isolation in (0, 1):
+        L = ListOffsetsRequest
+        lp = L.ListOffsetsTopic.ListOffsetsPartition(partition_index=partition,
+                                                     current_leader_epoch=-1, timestamp=-1)
+        resp = kproto.call(bs, L[5](replica_id=-1, isolation_level=isolation, topics=[
+            L.ListOffsetsTopic(name="__consumer_offsets", partitions=[lp])]))
+        p = resp.topics[0].partitions[0]
+        assert p.error_code == 0, p
+        latest.append(p.offset)
+    return latest[0] == latest[1]
+
+
+def offset_commit_scenario(bs: str, topic: str) -> dict:
+    """The script both brokers run for transactional offset commits; returns what it saw."""
+    txn_id, group = f"{topic}-txn", f"{topic}-group"
+    create_topic(bs, topic, 1)
+    find_coordinator(bs, txn_id)
+    find_coordinator(bs, group, key_type=0)
+    pid, epoch = init_producer(bs, txn_id)
+    seen = {}
+    # No AddOffsetsToTxn: refused, nothing pending, no transaction opened on the group's
+    # __consumer_offsets partition.
+    seen["unadded"] = txn_offset_commit(bs, txn_id, group, pid, epoch, topic, 5)
+    seen["after_unadded"] = committed(bs, group, topic)
+    seen["stable_after_unadded"] = offsets_partition_stable(bs, group)
+    # Added: pending until EndTxn's COMMIT marker, then committed.
+    seen["add_offsets"] = add_offsets(bs, txn_id, pid, epoch, group)
+    seen["added"] = txn_offset_commit(bs, txn_id, group, pid, epoch, topic, 7)
+    seen["pending"] = committed(bs, group, topic)
+    seen["commit"] = end_txn(bs, txn_id, pid, epoch, commit=True)
+    deadline = time.monotonic() + 20
+    while committed(bs, group, topic) != (7, 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    seen["after_commit"] = committed(bs, group, topic)
+    # The partition left the transaction with its marker: the next transaction's commit,
+    # not added, is refused again.
+    seen["unadded_after_commit"] = txn_offset_commit(bs, txn_id, group, pid, epoch, topic, 9)
+    seen["end"] = committed(bs, group, topic)
+    seen["stable_at_end"] = offsets_partition_stable(bs, group)
+    return seen
+
+
+OFFSETS_EXPECTED = {
+    "unadded": INVALID_TXN_STATE,
+    "after_unadded": (-1, 0),
+    "stable_after_unadded": True,
+    "add_offsets": 0,
+    "added": 0,
+    "pending": (-1, UNSTABLE_OFFSET_COMMIT),
+    "commit": 0,
+    "after_commit": (7, 0),
+    "unadded_after_commit": INVALID_TXN_STATE,
+    "end": (7, 0),
+    "stable_at_end": True,
+}
+
+
+def test_unadded_group_offsets_are_refused(broker):
+    """Proves TxnOffsetCommit without AddOffsetsToTxn is INVALID_TXN_STATE and leaves
+    nothing pending (before the fix Strata accepted it and the offsets stayed pending for
+    ever, the group's __consumer_offsets partition's LSO held), while the same commit after
+    AddOffsetsToTxn is pending until EndTxn commits it."""
+    assert offset_commit_scenario(broker.bootstrap, "kip890-offsets") == OFFSETS_EXPECTED
+
+
 def test_unadded_partition_is_refused(broker):
     assert hanging_transaction_scenario(broker.bootstrap, "kip890") == EXPECTED
 
@@ -203,6 +332,7 @@ def test_kafka_answers_the_same(tmp_path):
     try:
         k.start()
         assert hanging_transaction_scenario(k.bootstrap, "kip890") == EXPECTED
+        assert offset_commit_scenario(k.bootstrap, "kip890-offsets") == OFFSETS_EXPECTED
     finally:
         try:
             k.stop()

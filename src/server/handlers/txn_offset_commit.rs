@@ -7,9 +7,10 @@
 //! COORDINATOR_LOAD_IN_PROGRESS, INVALID_PRODUCER_EPOCH for an epoch older than the one the
 //! partition has seen, and for v3+ ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID.
 //!
-//! Kafka also checks that the transaction coordinator added the group's partition to the
-//! transaction (AddOffsetsToTxn); this broker does not: the partition's producer state opens
-//! the transaction on the first transactional batch, and the marker closes it.
+//! With `transaction_partition_verification_enable` (KIP-890 part 1, on by default as in
+//! Kafka) the coordinator first asks the transaction coordinator whether the group's
+//! partition is in the producer's transaction (AddOffsetsToTxn added it): if not, the commit
+//! is INVALID_TXN_STATE and nothing is pending, as Kafka 4.1 answers (`shard::groups`).
 use std::rc::Rc;
 
 use kafka_protocol::messages::txn_offset_commit_response::*;
@@ -57,7 +58,11 @@ pub async fn handle(
             producer_epoch: ProducerEpoch(req.producer_epoch),
             offsets,
         };
-        match call_group(ctx, &group_id, GroupRequest::TxnCommit(args)).await {
+        let request = GroupRequest::TxnCommit {
+            transactional_id: req.transactional_id.0.to_string(),
+            args,
+        };
+        match call_group(ctx, &group_id, request).await {
             GroupReply::Commit(r) => r,
             GroupReply::Error(e) => vec![Some(e); n],
             _ => vec![Some(ErrorCode::UnknownServerError); n],

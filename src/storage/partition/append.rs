@@ -164,17 +164,19 @@ impl Partition {
     /// `AppendOrigin.COORDINATOR`): a transactional offset commit carries the producer's id
     /// and epoch but no sequence, so only the epoch is checked (an older one is
     /// `InvalidProducerEpoch`); its first transactional batch opens the producer's
-    /// transaction on this partition as a client's would.
+    /// transaction on this partition as a client's would, and under verification only with
+    /// the producer's current guard (`TxnNotVerified`), as a client's batch.
     pub fn append_coordinator(
         &self,
         batch: impl AsRef<[u8]>,
         now_ms: i64,
+        verification: TxnVerification,
     ) -> Result<AppendOutcome, AppendError> {
         self.append_from(
             batch.as_ref(),
             now_ms,
             AppendOrigin::Coordinator,
-            TxnVerification::Off,
+            verification,
         )
     }
 
