@@ -1,7 +1,8 @@
 //! Fan-out of multi-partition requests to their owner shards, with the replies merged back
 //! into request order (`FanOut`: Produce, Fetch and its long-poll wait, DescribeLogDirs), and
 //! the per-partition operations that only a partition's leader answers (`on_leaders`:
-//! ListOffsets, DeleteRecords, OffsetForLeaderEpoch, WriteTxnMarkers).
+//! ListOffsets, DeleteRecords, OffsetForLeaderEpoch, WriteTxnMarkers; and DescribeProducers,
+//! which any replica answers).
 //!
 //! Every part sent to one shard travels in one op, in the order it was pushed, so a shard
 //! sees a request's partitions in request order; the ops to the shards run concurrently.
@@ -129,8 +130,12 @@ impl<R> Replies<R> {
     }
 }
 
-/// A per-partition operation that only the partition's leader answers.
+/// A per-partition operation that the partition's leader answers (or, with
+/// `ANY_REPLICA`, any broker holding a replica of it).
 pub trait LeaderOp {
+    /// Whether a follower answers too, from its own replica (Kafka's DescribeProducers:
+    /// `ReplicaManager.activeProducerState` serves any hosted partition).
+    const ANY_REPLICA: bool = false;
     /// What the request says about each partition.
     type Arg;
     /// What the leader answers for each partition.
@@ -221,6 +226,9 @@ impl LeaderOp for EpochEnds {
 pub struct DescribeProducers;
 
 impl LeaderOp for DescribeProducers {
+    // A follower's producer state is rebuilt from the batches it replicates, so it answers
+    // for what it has fetched (`kafka-transactions.sh` may ask any replica).
+    const ANY_REPLICA: bool = true;
     type Arg = ();
     type Reply = ProducersResult;
     fn op(parts: Vec<(TopicPartition, ())>) -> ShardOp {
@@ -260,7 +268,7 @@ pub async fn on_leaders<O: LeaderOp>(
                     _ if p.offline.contains_key(&catalog.local_node) => {
                         Err(ErrorCode::KafkaStorageError)
                     }
-                    Some(s) if p.leader == catalog.local_node => Ok(s as usize),
+                    Some(s) if O::ANY_REPLICA || p.leader == catalog.local_node => Ok(s as usize),
                     _ => Err(ErrorCode::NotLeaderOrFollower),
                 }
             });

@@ -1,8 +1,8 @@
-//! DescribeProducers (v0, KIP-664): the producers a partition's leader holds state for, each
-//! with its epoch, last sequence and timestamp, the epoch of the coordinator that wrote its
-//! last marker and its open transaction's first offset (-1 if none). Per partition the error
-//! is Kafka's: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (this broker does not lead
-//! it; Kafka's followers also answer, Strata's leaders only), KAFKA_STORAGE_ERROR.
+//! DescribeProducers (v0, KIP-664): the producers a partition's replica on this broker holds
+//! state for, leader or follower as in Kafka, each with its epoch, last sequence and
+//! timestamp, the epoch of the coordinator that wrote its last marker and its open
+//! transaction's first offset (-1 if none). Per partition the error is Kafka's:
+//! UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (no replica here), KAFKA_STORAGE_ERROR.
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_producers_response::*;

@@ -1,5 +1,5 @@
-//! DescribeProducers on the leader: each producer the partition holds state for, with its
-//! open transaction's first offset (how `kafka-transactions.sh` finds hanging transactions).
+//! DescribeProducers on a replica (leader or follower): each producer the partition holds
+//! state for, with its open transaction's first offset (how `kafka-transactions.sh` finds hanging transactions).
 use std::rc::Rc;
 
 use super::owned_partition;
