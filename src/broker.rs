@@ -231,6 +231,13 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
             }
         }
     }
+    // The image has caught up and every shard has opened the replicas placed on it: what
+    // else holds a partition directory is a stray replica (its topic deleted, or the replica
+    // moved, while this broker was down).
+    let strays = crate::shard::stray::remove_stray_logs(&shared);
+    if strays > 0 {
+        info!(strays, "removed stray logs");
+    }
     Ok(broker)
 }
 

@@ -15,6 +15,7 @@ pub mod ops;
 pub mod partition_service;
 pub mod peer;
 pub mod replica;
+pub mod stray;
 pub mod txn_verify;
 pub mod txns;
 

@@ -19,6 +19,11 @@
 //!   free at once for a topic created again, a crash mid-removal never leaves a half-deleted
 //!   log under the live name, and leftover `-delete` directories are removed at startup
 //!   (`remove_deleted_dirs`).
+//!
+//! - A stray log (a replica the metadata no longer places on this broker: its topic was
+//!   deleted, or it moved away, while the broker was down) is renamed
+//!   `<topic>-<partition>.<uuid>-stray`, as Kafka names it, then removed (`shard::stray`);
+//!   a `-stray` directory left by a crash in between goes at the next start too.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +36,8 @@ pub(crate) const PARTITION_METADATA_FILE: &str = "partition.metadata";
 const VERSION: u32 = 0;
 /// Ends the name of a directory moved aside for deletion (Kafka's `-delete`).
 pub(crate) const DELETE_SUFFIX: &str = "-delete";
+/// Kafka's suffix for a stray log moved aside (`UnifiedLog.StrayDirSuffix`).
+pub(crate) const STRAY_SUFFIX: &str = "-stray";
 
 /// Why a `partition.metadata` file cannot be trusted. The directory is then neither served
 /// nor deleted: whose log it holds is unknown.
@@ -165,24 +172,62 @@ async fn create(dir: &Path, topic_id: u128) -> Result<(), Error> {
 /// Moves `dir` aside to `<name>.<uuid>-delete` (atomic; the parent fsynced) and returns the
 /// new path. The name is free as soon as this returns.
 pub fn rename_for_delete(dir: &Path) -> Result<PathBuf, Error> {
+    rename_aside(dir, DELETE_SUFFIX)
+}
+
+/// Moves a stray log's `dir` aside to `<name>.<uuid>-stray`, as `rename_for_delete` does.
+pub fn rename_as_stray(dir: &Path) -> Result<PathBuf, Error> {
+    rename_aside(dir, STRAY_SUFFIX)
+}
+
+fn rename_aside(dir: &Path, suffix: &str) -> Result<PathBuf, Error> {
     let name = dir
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| Error::corruption(dir, 0, "a partition directory needs a UTF-8 name"))?;
     let id = uuid::Uuid::new_v4().simple();
-    let to = dir.with_file_name(format!("{name}.{id}{DELETE_SUFFIX}"));
+    let to = dir.with_file_name(format!("{name}.{id}{suffix}"));
     std::fs::rename(dir, &to).map_err(|e| Error::io(dir, "rename for deletion", e))?;
     sync_parent(&to)?;
     Ok(to)
 }
 
-/// Is `name` a directory `rename_for_delete` made (`<anything>.<32 hex digits>-delete`)?
+/// Is `name` a directory `rename_for_delete` or `rename_as_stray` made
+/// (`<anything>.<32 hex digits>-delete` or `-stray`)?
 pub fn is_deleted_dir_name(name: &str) -> bool {
     name.strip_suffix(DELETE_SUFFIX)
+        .or_else(|| name.strip_suffix(STRAY_SUFFIX))
         .and_then(|stem| stem.rsplit_once('.'))
         .is_some_and(|(base, id)| {
             !base.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
         })
+}
+
+/// The topic and partition a live partition directory's name `<topic>-<partition>` names;
+/// `None` for anything else in the data directory (the metadata log, a directory left for
+/// deletion).
+pub fn partition_of_dir_name(name: &str) -> Option<(&str, i32)> {
+    if is_deleted_dir_name(name) {
+        return None;
+    }
+    let (topic, partition) = name.rsplit_once('-')?;
+    if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((topic, partition.parse().ok()?))
+}
+
+/// `read_topic_id` with blocking reads, for the start-up scan outside any executor.
+pub fn read_topic_id_blocking(dir: &Path) -> Result<Option<u128>, Error> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&path, "read", e)),
+    };
+    parse(&bytes)
+        .map(Some)
+        .map_err(|e| Error::corruption(path, 0, e.to_string()))
 }
 
 /// Removes every directory in `data_dir` left for deletion by a previous run (a crash or
@@ -448,6 +493,58 @@ mod tests {
                 "x-delete".into()
             ]
         );
+    }
+
+    #[test]
+    fn partition_dir_names() {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        assert_eq!(partition_of_dir_name("t-0"), Some(("t", 0)));
+        assert_eq!(
+            partition_of_dir_name("my-topic.x-12"),
+            Some(("my-topic.x", 12))
+        );
+        assert_eq!(
+            partition_of_dir_name("__consumer_offsets-49"),
+            Some(("__consumer_offsets", 49))
+        );
+        for not_one in [
+            "strata.meta",
+            "t-",
+            "-3",
+            "t-1a",
+            "t-+1",
+            "t-99999999999",
+            "t",
+            &format!("t-0.{id}-delete"),
+            &format!("t-0.{id}-stray"),
+        ] {
+            assert_eq!(partition_of_dir_name(not_one), None, "{not_one}");
+        }
+    }
+
+    #[test]
+    fn stray_dirs_are_moved_aside_and_removed_at_startup() {
+        let root = test_dir();
+        let dir = root.path().join("t-0");
+        std::fs::create_dir_all(&dir).unwrap();
+        let moved = rename_as_stray(&dir).unwrap();
+        let moved_name = moved.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(moved_name.starts_with("t-0.") && moved_name.ends_with("-stray"));
+        assert!(is_deleted_dir_name(&moved_name), "{moved_name}");
+        assert_eq!(remove_deleted_dirs(root.path()), Ok(1));
+        assert!(names(root.path()).is_empty());
+    }
+
+    #[test]
+    fn blocking_read_of_the_topic_id() {
+        let root = test_dir();
+        let dir = root.path().join("t-0");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(read_topic_id_blocking(&dir), Ok(None));
+        std::fs::write(dir.join(PARTITION_METADATA_FILE), render(ID)).unwrap();
+        assert_eq!(read_topic_id_blocking(&dir), Ok(Some(ID)));
+        std::fs::write(dir.join(PARTITION_METADATA_FILE), b"garbage").unwrap();
+        assert!(read_topic_id_blocking(&dir).is_err());
     }
 
     #[test]
