@@ -154,19 +154,71 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref(), std::env::vars(), &overrides)?;
     let listeners = config.listeners()?.bound_text();
     let data_dir = config.data_dir.clone();
-    // Block the signals before any executor thread exists, so they are delivered here only.
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])
-    .context("installing signal handlers")?;
+    let signals = SignalWatch::start().context("installing signal handlers")?;
     let broker = strata::broker::start(config).context("starting the broker")?;
     tracing::info!(%listeners, data_dir = %data_dir.display(), "strata is serving");
-    if let Some(signal) = signals.forever().next() {
-        tracing::info!(signal, "stopping");
-    }
+    let signal = signals.serving_until_signal();
+    tracing::info!(signal, "stopping");
     broker.stop();
     broker.join();
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// SIGTERM and SIGINT, read on a thread of their own from before the broker starts.
+///
+/// The handlers catch the signals (their default action would end the process), so a signal
+/// only acts if someone reads it, and the main thread cannot while it starts the broker,
+/// which may take long: waiting for the controller quorum to form (as long as it takes),
+/// recovering logs, loading coordinators. Read only after the start, a SIGTERM sent during it
+/// was ignored until the start ended, or for ever. So the watcher reads them:
+/// - during the start, a signal ends the process at once, exit code 0 (nothing is served
+///   yet; what is on disk is recovered at the next start, as after a crash), as Kafka exits
+///   on SIGTERM at any point;
+/// - once the broker serves, the first signal is handed to the main thread, which stops
+///   gracefully (drain, flush, close);
+/// - another signal while that runs (connections drain and logs flush, which under load
+///   takes long) ends the process at once, with 128 + the signal as a shell reports a kill.
+struct SignalWatch {
+    serving: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    first: std::sync::mpsc::Receiver<i32>,
+}
+
+impl SignalWatch {
+    fn start() -> anyhow::Result<Self> {
+        use std::sync::atomic::Ordering;
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+        ])?;
+        let serving = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, first) = std::sync::mpsc::sync_channel(1);
+        let watching = serving.clone();
+        std::thread::Builder::new()
+            .name("strata-signals".into())
+            .spawn(move || {
+                let mut stopping = false;
+                for signal in signals.forever() {
+                    if !watching.load(Ordering::SeqCst) {
+                        tracing::info!(signal, "stopping during start-up: exiting at once");
+                        std::process::exit(0);
+                    }
+                    if stopping {
+                        tracing::warn!(signal, "signalled again while stopping: exiting at once");
+                        std::process::exit(128 + signal);
+                    }
+                    stopping = true;
+                    let _ = tx.send(signal);
+                }
+            })?;
+        Ok(Self { serving, first })
+    }
+
+    /// Marks the broker serving, then waits for the first signal.
+    fn serving_until_signal(self) -> i32 {
+        self.serving
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // The watcher never drops its sender before a signal; if it ended anyway, stop.
+        self.first.recv().unwrap_or(signal_hook::consts::SIGTERM)
+    }
 }
