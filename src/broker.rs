@@ -168,7 +168,10 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         config.quota_window_num,
         config.quota_window_size_seconds * 1000,
     );
+    // Validated with the rest of the config; built once, shared by every shard.
+    let authorizer = config.acl_authorizer()?.map(Arc::new);
     let shared = Arc::new(Shared {
+        authorizer,
         quota_rates,
         ingest_stats: crate::ingest::stats::IngestStats::new(
             nr_shards,

@@ -112,6 +112,15 @@ pub struct Config {
     /// Kafka's connection.failed.authentication.delay.ms: a failed authentication is
     /// answered this late, then the connection closed, to slow password guessing.
     pub connection_failed_authentication_delay_ms: u64,
+    /// Kafka's authorizer.class.name: empty = no authorization (every request is served, as
+    /// before ACLs existed; the ACL APIs answer SECURITY_DISABLED), `acl` = Kafka's ACL
+    /// authorizer over the bindings in the metadata log.
+    pub authorizer: String,
+    /// Kafka's super.users: principals allowed everything, separated by `;`
+    /// (`User:admin;User:broker`).
+    pub super_users: String,
+    /// Kafka's allow.everyone.if.no.acl.found: a resource no ACL names is open to everyone.
+    pub allow_everyone_if_no_acl_found: bool,
     /// Kafka's connections.max.reauth.ms (KIP-368): an authenticated session lasts this
     /// long; the client must re-authenticate on the same connection before it ends, or the
     /// connection is closed at its next request. 0 = sessions never expire.
@@ -326,6 +335,9 @@ impl Default for Config {
             max_connections_per_ip: 10_000,
             sasl_enabled_mechanisms: "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".into(),
             sasl_plain_users: String::new(),
+            authorizer: String::new(),
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
             connection_failed_authentication_delay_ms: 100,
             connections_max_reauth_ms: 0,
             sasl_oauthbearer_jwks_endpoint_url: String::new(),
@@ -674,6 +686,7 @@ impl Config {
             .map_err(|m| invalid("sasl_enabled_mechanisms", m))?;
         self.plain_users()
             .map_err(|m| invalid("sasl_plain_users", m))?;
+        self.acl_authorizer()?;
         self.oauthbearer_settings()
             .map_err(|(key, m)| invalid(key, m))?;
         if self.connections_max_reauth_ms < 0 {
@@ -896,6 +909,28 @@ impl Config {
             out.insert(user.to_string(), password.to_string());
         }
         Ok(out)
+    }
+
+    /// The authorizer `authorizer`, `super_users` and `allow_everyone_if_no_acl_found`
+    /// describe; `None` when authorization is off.
+    pub fn acl_authorizer(&self) -> Result<Option<crate::security::acl::Authorizer>, ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.into(),
+            message,
+        };
+        match self.authorizer.trim() {
+            "" => Ok(None),
+            "acl" => crate::security::acl::Authorizer::new(
+                &self.super_users,
+                self.allow_everyone_if_no_acl_found,
+            )
+            .map(Some)
+            .map_err(|e| invalid("super_users", e.to_string())),
+            other => Err(invalid(
+                "authorizer",
+                format!("{other:?}: expected \"\" (no authorization) or \"acl\""),
+            )),
+        }
     }
 
     pub fn metrics_address(&self) -> Result<Option<SocketAddr>, ConfigError> {
@@ -1653,6 +1688,48 @@ mod tests {
             matches!(&err, Err(ConfigError::Invalid { key, .. }) if key == "listeners"),
             "{err:?}"
         );
+    }
+
+    /// `authorizer` is off by default and `acl` turns it on with `super_users` (Kafka's `;`
+    /// list) from the environment; a misspelt authorizer or a principal without a type is
+    /// refused at load.
+    #[test]
+    fn authorizer_settings() {
+        let c = Config::load(None, std::iter::empty(), &Overrides::default()).expect("load");
+        assert!(c.acl_authorizer().expect("valid").is_none());
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let c = Config::load(
+            None,
+            env(&[
+                ("STRATA_AUTHORIZER", "acl"),
+                ("STRATA_SUPER_USERS", "User:admin;User:bob"),
+                ("STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true"),
+            ]),
+            &Overrides::default(),
+        )
+        .expect("load");
+        let a = c.acl_authorizer().expect("valid").expect("on");
+        assert!(a.is_super_user(&crate::security::KafkaPrincipal::user("bob")));
+        assert!(a.allow_everyone_if_no_acl_found);
+        for bad in [
+            vec![("STRATA_AUTHORIZER", "kafka.security.Foo")],
+            vec![
+                ("STRATA_AUTHORIZER", "acl"),
+                ("STRATA_SUPER_USERS", "admin"),
+            ],
+        ] {
+            let err = Config::load(None, env(&bad), &Overrides::default());
+            assert!(
+                matches!(err, Err(ConfigError::Invalid { .. })),
+                "{bad:?}: {err:?}"
+            );
+        }
     }
 
     /// The documented config file parses and matches the built-in defaults.

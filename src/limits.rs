@@ -229,3 +229,9 @@ pub const TXN_VERIFY_WAITERS_MAX: usize = 10_000;
 /// broker) may take, connecting included; past it its waiters hear NETWORK_EXCEPTION
 /// (NOT_ENOUGH_REPLICAS to the producer, which retries). Kafka uses request.timeout.ms.
 pub const TXN_VERIFY_REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// ACL bindings the cluster stores. Every broker holds all of them in memory (and in every
+/// metadata snapshot); past it CreateAcls is refused (POLICY_VIOLATION) rather than letting
+/// one client grow every broker's image without bound. Kafka has no such limit; real
+/// deployments hold thousands.
+pub const ACL_BINDINGS_MAX: usize = 100_000;

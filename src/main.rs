@@ -42,6 +42,9 @@ enum Command {
     /// user and/or client id: set, list, remove.
     #[command(subcommand)]
     Quota(strata::cli::QuotaCommand),
+    /// ACLs (with `authorizer = "acl"`): add, list, remove, with kafka-acls.sh's flags.
+    #[command(subcommand)]
+    Acl(strata::cli::AclCommand),
     /// Write lines from stdin to a topic.
     Produce(strata::cli::ProduceArgs),
     /// Read records from a topic.
@@ -113,6 +116,7 @@ fn main() {
         Command::Producers(cmd) => strata::cli::run_producers(cmd),
         Command::User(cmd) => strata::cli::run_user(cmd),
         Command::Quota(cmd) => strata::cli::run_quota(cmd),
+        Command::Acl(cmd) => strata::cli::run_acl(cmd),
         Command::Produce(args) => strata::cli::run_produce(args),
         Command::Consume(args) => strata::cli::run_consume(args),
         Command::Bench(cmd) => strata::bench::run(cmd),

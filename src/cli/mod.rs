@@ -1,11 +1,13 @@
 //! The client-side subcommands: `strata topic ...`, `strata group ...`, `strata cluster ...`,
-//! `strata txn ...`, `strata producers ...`, `strata user scram ...`, `strata quota ...`, `strata produce`,
+//! `strata txn ...`, `strata producers ...`, `strata user scram ...`, `strata quota ...`,
+//! `strata acl ...`, `strata produce`,
 //! `strata consume`.
 //!
 //! Each talks the Kafka protocol through [`crate::client`], so it works against any
 //! Kafka-compatible broker. `main.rs` only parses and calls [`run_topic`], [`run_produce`] or
 //! [`run_consume`]; argument types live here so the lead can embed them in the top-level `Cli`.
 
+mod acl;
 mod cluster;
 mod consume;
 mod group;
@@ -18,6 +20,7 @@ mod user;
 
 use crate::client::{Client, ClientConfig, BOOTSTRAP_DEFAULT};
 
+pub use acl::AclCommand;
 pub use cluster::{ClusterCommand, ReassignArgs};
 pub use consume::{ConsumeArgs, OutputFormat, StartFrom};
 pub use group::{GroupCommand, ResetTarget};
@@ -41,20 +44,80 @@ pub struct ConnectArgs {
     pub sasl_username: Option<String>,
     #[arg(long, value_name = "PASSWORD")]
     pub sasl_password: Option<String>,
+    /// A Kafka client properties file, as kafka-acls.sh's and kafka-topics.sh's
+    /// --command-config: `security.protocol` (PLAINTEXT or SASL_PLAINTEXT),
+    /// `sasl.mechanism` and `sasl.jaas.config` (username and password of a PlainLoginModule or
+    /// ScramLoginModule). The --sasl-* flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
+}
+
+/// What a `--command-config` file says about authentication.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct CommandConfig {
+    mechanism: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+/// Reads Kafka's client properties (`key=value` or `key: value` lines, `#`/`!` comments).
+fn parse_command_config(text: &str) -> anyhow::Result<CommandConfig> {
+    let mut out = CommandConfig::default();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(['=', ':']) else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "security.protocol" => match value.to_ascii_uppercase().as_str() {
+                "PLAINTEXT" | "SASL_PLAINTEXT" => {}
+                other => anyhow::bail!(
+                    "security.protocol={other}: strata's client speaks PLAINTEXT and SASL_PLAINTEXT"
+                ),
+            },
+            "sasl.mechanism" => out.mechanism = Some(value.to_string()),
+            "sasl.jaas.config" => {
+                out.username = jaas_option(value, "username");
+                out.password = jaas_option(value, "password");
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// `name="value"` from a JAAS line (`... required username="admin" password="secret";`).
+fn jaas_option(jaas: &str, name: &str) -> Option<String> {
+    let start = jaas.find(&format!("{name}=\""))? + name.len() + 2;
+    let rest = jaas.get(start..)?;
+    rest.find('"').map(|end| rest[..end].to_string())
 }
 
 impl ConnectArgs {
-    /// Connects to the cluster (authenticating first when --sasl-mechanism is given).
+    /// Connects to the cluster (authenticating first when --sasl-mechanism is given, or the
+    /// --command-config file names a mechanism).
     pub fn connect(&self) -> anyhow::Result<Client> {
         let mut config = ClientConfig::from_bootstrap(&self.bootstrap)?;
-        if let Some(name) = &self.sasl_mechanism {
+        let file = match &self.command_config {
+            Some(path) => parse_command_config(
+                &std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--command-config {}: {e}", path.display()))?,
+            )?,
+            None => CommandConfig::default(),
+        };
+        let mechanism = self.sasl_mechanism.clone().or(file.mechanism);
+        let username = self.sasl_username.clone().or(file.username);
+        let password = self.sasl_password.clone().or(file.password);
+        if let Some(name) = &mechanism {
             let mechanism = crate::security::sasl::Mechanism::from_name(name).ok_or_else(|| {
                 anyhow::anyhow!(
                     "unknown SASL mechanism {name:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
                 )
             })?;
-            let (Some(username), Some(password)) = (&self.sasl_username, &self.sasl_password)
-            else {
+            let (Some(username), Some(password)) = (&username, &password) else {
                 anyhow::bail!("--sasl-mechanism needs --sasl-username and --sasl-password");
             };
             config.sasl = Some(crate::client::SaslLogin {
@@ -97,6 +160,11 @@ pub fn run_user(cmd: UserCommand) -> anyhow::Result<()> {
     user::run(cmd)
 }
 
+/// Runs a `strata acl ...` command.
+pub fn run_acl(cmd: AclCommand) -> anyhow::Result<()> {
+    acl::run(cmd)
+}
+
 /// Runs a `strata quota ...` command.
 pub fn run_quota(cmd: QuotaCommand) -> anyhow::Result<()> {
     quota::run(cmd)
@@ -122,6 +190,27 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
 /// Whether an error is a closed stdout (`strata consume | head`), which is not a failure.
 pub(crate) fn is_broken_pipe(err: &std::io::Error) -> bool {
     err.kind() == std::io::ErrorKind::BrokenPipe
+}
+
+#[cfg(test)]
+mod command_config_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Kafka's client properties give the mechanism and the JAAS username and password; a
+    /// TLS protocol the client cannot speak is refused rather than ignored.
+    #[test]
+    fn reads_kafka_client_properties() {
+        let text = "# admin\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n\
+            sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+            username=\"admin\" password=\"s=cr:et\";\n";
+        let c = parse_command_config(text).unwrap();
+        assert_eq!(c.mechanism.as_deref(), Some("SCRAM-SHA-512"));
+        assert_eq!(c.username.as_deref(), Some("admin"));
+        assert_eq!(c.password.as_deref(), Some("s=cr:et"));
+        assert!(parse_command_config("security.protocol=SASL_SSL").is_err());
+        assert_eq!(parse_command_config("").unwrap(), CommandConfig::default());
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! data); a response larger than [`RESPONSE_BYTES_MAX`] is refused before allocation; broker
 //! error codes become [`ClientError::Broker`] with Kafka's error name.
 
+mod acl;
 mod admin;
 mod cluster;
 mod connection;

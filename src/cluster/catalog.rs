@@ -1,6 +1,7 @@
 //! The catalog: the metadata image every node holds — brokers, topics and their ids, each
 //! partition's replicas (and the shard owning each replica), ISR, leader and epochs, config
-//! overrides, the cluster id and the producer-id blocks handed out.
+//! overrides, the cluster id, the producer-id blocks handed out, SCRAM credentials, client
+//! quotas and ACLs.
 //!
 //! It is never edited directly: the metadata log's thread applies committed records to it
 //! (`cluster::apply`, in log order on every node) and publishes the result through
@@ -13,11 +14,16 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::security::acl::Acls;
 use crate::security::quota::ClientQuotas;
 use crate::security::sasl::{ScramCredential, ScramMechanism};
 
 fn no_client_quotas(q: &Arc<ClientQuotas>) -> bool {
     q.is_empty()
+}
+
+fn no_acls(a: &Arc<Acls>) -> bool {
+    a.is_empty()
 }
 
 /// One partition's replica set and leadership, as the controller records it (Kafka's
@@ -140,6 +146,10 @@ pub struct Catalog {
     /// change replaces, so a connection knows its resolved quotas are current by pointer.
     #[serde(default, skip_serializing_if = "no_client_quotas")]
     pub client_quotas: Arc<ClientQuotas>,
+    /// ACL bindings (CreateAcls/DeleteAcls), indexed by resource for the authorizer. Behind
+    /// an `Arc` that only an ACL change replaces, like `client_quotas`.
+    #[serde(default, skip_serializing_if = "no_acls")]
+    pub acls: Arc<Acls>,
     /// This broker's node id; set locally, never replicated.
     #[serde(skip)]
     pub local_node: i32,

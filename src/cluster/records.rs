@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::cluster::catalog::{BrokerEndpoint, PartitionMeta};
+use crate::security::acl::AclBinding;
 use crate::security::quota::QuotaEntity;
 use crate::security::sasl::{ScramCredential, ScramMechanism};
 
@@ -106,6 +107,15 @@ pub enum MetadataRecord {
         entity: QuotaEntity,
         key: String,
         value: Option<f64>,
+    },
+    /// An ACL binding was created (Kafka's AccessControlEntryRecord). The binding is its
+    /// own identity: creating one that exists changes nothing.
+    AccessControlEntry {
+        binding: AclBinding,
+    },
+    /// Kafka's RemoveAccessControlEntryRecord.
+    RemoveAccessControlEntry {
+        binding: AclBinding,
     },
 }
 
@@ -210,6 +220,30 @@ mod tests {
                 },
                 key: "request_percentage".into(),
                 value: None,
+            },
+            MetadataRecord::AccessControlEntry {
+                binding: crate::security::acl::AclBinding::from_wire(
+                    2,
+                    "pay-",
+                    4,
+                    "User:alice",
+                    "*",
+                    3,
+                    3,
+                )
+                .expect("binding"),
+            },
+            MetadataRecord::RemoveAccessControlEntry {
+                binding: crate::security::acl::AclBinding::from_wire(
+                    4,
+                    "kafka-cluster",
+                    3,
+                    "User:*",
+                    "10.0.0.1",
+                    7,
+                    2,
+                )
+                .expect("binding"),
             },
         ];
         for r in records {

@@ -70,6 +70,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Client quotas in the metadata log (KIP-546); v1 is the flexible encoding.
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    // ACLs in the metadata log (KIP-140, pattern types KIP-290); v0 left with Kafka 4
+    // (KIP-896), v2 is the flexible encoding.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The supported version range of `api`, if Strata implements it.

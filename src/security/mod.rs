@@ -1,7 +1,8 @@
 //! Security, sans-IO: Kafka's listeners and security protocols, the per-connection
 //! `Session` (listener, principal, authentication state), the SASL mechanisms (`sasl`: PLAIN,
-//! SCRAM, sans-IO state machines) and the parsing that the TLS and SASL layers above build on. Nothing here touches a socket or the executor: the server
+//! SCRAM, sans-IO state machines), ACLs and the authorizer's decision (`acl`) and the parsing that the TLS and SASL layers above build on. Nothing here touches a socket or the executor: the server
 //! layer owns the connections and hands these types around.
+pub mod acl;
 pub mod listener;
 pub mod principal;
 pub mod quota;

@@ -100,6 +100,18 @@ impl Session {
         }
     }
 
+    /// The client's IP address as ACLs name hosts (`peer` without its port or IPv6
+    /// brackets).
+    pub fn host(&self) -> &str {
+        let ip = self
+            .peer
+            .rsplit_once(':')
+            .map_or(self.peer.as_str(), |(ip, _)| ip);
+        ip.strip_prefix('[')
+            .and_then(|ip| ip.strip_suffix(']'))
+            .unwrap_or(ip)
+    }
+
     /// May this connection be served requests other than ApiVersions and SASL?
     pub fn is_authenticated(&self) -> bool {
         !matches!(self.authentication, Authentication::Pending)
@@ -123,6 +135,9 @@ mod tests {
         assert_eq!(KafkaPrincipal::parse("alice"), None);
         let plain = Session::new("PLAINTEXT", SecurityProtocol::Plaintext, "1.2.3.4:5".into());
         assert!(plain.is_authenticated());
+        assert_eq!(plain.host(), "1.2.3.4");
+        let v6 = Session::new("PLAINTEXT", SecurityProtocol::Plaintext, "[::1]:9".into());
+        assert_eq!(v6.host(), "::1");
         assert_eq!(plain.principal, KafkaPrincipal::anonymous());
         let sasl = Session::new("CLIENT", SecurityProtocol::SaslSsl, "1.2.3.4:5".into());
         assert!(!sasl.is_authenticated());

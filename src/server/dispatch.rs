@@ -13,10 +13,13 @@ use futures::FutureExt;
 use kafka_protocol::messages::*;
 use tracing::debug;
 
+use super::authz::Authz;
 use super::handlers;
 use super::quota::{ClientLimits, ConnectionQuota, Throttle};
 use crate::protocol::api_versions;
+use crate::protocol::error::ErrorCode;
 use crate::protocol::frame::{decode_body, encode_response, parse_request, FrameError, RawRequest};
+use crate::security::acl::AclOperation;
 use crate::security::Session;
 use crate::shard::ShardCtx;
 
@@ -147,6 +150,9 @@ fn fetch_replica_id(raw: &RawRequest) -> i32 {
         .map_or(-1, i32::from_be_bytes)
 }
 
+/// Kafka's message for a request refused CLUSTER_AUTHORIZATION_FAILED.
+const CLUSTER_DENIED: &str = "Cluster authorization failed.";
+
 /// Serves a parsed, supported request (`quotas` set when a client quota applies).
 async fn serve(
     ctx: &Rc<ShardCtx>,
@@ -155,12 +161,14 @@ async fn serve(
     quotas: Option<&Quotas>,
 ) -> Result<PendingResponse, FrameError> {
     let version = raw.header.request_api_version;
+    // Authorization off: an empty context, every check one branch.
+    let authz = Authz::for_session(ctx, session);
     match raw.api {
         ApiKey::Metadata => {
             let req: MetadataRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::metadata::handle(ctx, version, req, &session.listener).await,
+                &handlers::metadata::handle(ctx, version, req, &session.listener, &authz).await,
             )
         }
         ApiKey::Produce => {
@@ -182,7 +190,7 @@ async fn serve(
                 }
                 ms
             });
-            let pending = handlers::produce::handle(ctx, version, req).await;
+            let pending = handlers::produce::handle(ctx, version, &authz, req).await;
             Ok(async move {
                 let answer = pending.await;
                 if !kip219 && throttle_ms > 0 {
@@ -213,6 +221,7 @@ async fn serve(
                 ctx.clone(),
                 version,
                 corr,
+                authz,
                 req,
                 quota,
             ))
@@ -221,49 +230,49 @@ async fn serve(
             let req: ListOffsetsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::list_offsets::handle(ctx, version, req).await,
+                &handlers::list_offsets::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::OffsetForLeaderEpoch => {
             let req: OffsetForLeaderEpochRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::offset_for_leader_epoch::handle(ctx, version, req).await,
+                &handlers::offset_for_leader_epoch::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::CreateTopics => {
             let req: CreateTopicsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::create_topics::handle(ctx, version, req).await,
+                &handlers::create_topics::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DeleteTopics => {
             let req: DeleteTopicsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::delete_topics::handle(ctx, version, req).await,
+                &handlers::delete_topics::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::CreatePartitions => {
             let req: CreatePartitionsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::create_partitions::handle(ctx, version, req).await,
+                &handlers::create_partitions::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DeleteRecords => {
             let req: DeleteRecordsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::delete_records::handle(ctx, version, req).await,
+                &handlers::delete_records::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::WriteTxnMarkers => {
             let req: WriteTxnMarkersRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::write_txn_markers::handle(ctx, version, req).await,
+                &handlers::write_txn_markers::handle(ctx, version, &authz, req).await,
             )
         }
         // Transactions: the coordinator's answers wait for `__transaction_state` appends,
@@ -272,28 +281,28 @@ async fn serve(
             let req: InitProducerIdRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::init_producer_id::handle(&ctx, version, req).await
+                handlers::init_producer_id::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::AddPartitionsToTxn => {
             let req: AddPartitionsToTxnRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::add_partitions_to_txn::handle(&ctx, version, req).await
+                handlers::add_partitions_to_txn::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::AddOffsetsToTxn => {
             let req: AddOffsetsToTxnRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::add_offsets_to_txn::handle(&ctx, version, req).await
+                handlers::add_offsets_to_txn::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::EndTxn => {
             let req: EndTxnRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::end_txn::handle(&ctx, version, req).await
+                handlers::end_txn::handle(&ctx, version, &authz, req).await
             })
         }
         // The admin side of transactions (KIP-664): answered from producer and coordinator
@@ -302,36 +311,47 @@ async fn serve(
             let req: DescribeProducersRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::describe_producers::handle(ctx, version, req).await,
+                &handlers::describe_producers::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DescribeTransactions => {
             let req: DescribeTransactionsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::describe_transactions::handle(ctx, version, req).await,
+                &handlers::describe_transactions::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::ListTransactions => {
             let req: ListTransactionsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::list_transactions::handle(ctx, version, req).await,
+                &handlers::list_transactions::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DescribeConfigs => {
             let req: DescribeConfigsRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::describe_configs::handle(ctx, version, req))
+            respond(
+                &raw,
+                &handlers::describe_configs::handle(ctx, version, &authz, req),
+            )
         }
         ApiKey::IncrementalAlterConfigs => {
             let req: IncrementalAlterConfigsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::incremental_alter_configs::handle(ctx, version, req).await,
+                &handlers::incremental_alter_configs::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DescribeLogDirs => {
             let req: DescribeLogDirsRequest = decode_body(&raw)?;
+            // Kafka: DESCRIBE on the cluster; refused, no log dirs (and v3+ say why).
+            if !authz.allows_cluster(AclOperation::Describe) {
+                return respond(
+                    &raw,
+                    &DescribeLogDirsResponse::default()
+                        .with_error_code(ErrorCode::ClusterAuthorizationFailed.code()),
+                );
+            }
             respond(
                 &raw,
                 &handlers::describe_log_dirs::handle(ctx, version, req).await,
@@ -341,32 +361,35 @@ async fn serve(
             let req: DescribeClusterRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::describe_cluster::handle(ctx, version, req, &session.listener),
+                &handlers::describe_cluster::handle(ctx, version, req, &session.listener, &authz),
             )
         }
         ApiKey::DescribeTopicPartitions => {
             let req: DescribeTopicPartitionsRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::describe_topic_partitions::handle(ctx, req))
+            respond(
+                &raw,
+                &handlers::describe_topic_partitions::handle(ctx, &authz, req),
+            )
         }
         ApiKey::ElectLeaders => {
             let req: ElectLeadersRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::elect_leaders::handle(ctx, version, req).await,
+                &handlers::elect_leaders::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::AlterPartitionReassignments => {
             let req: AlterPartitionReassignmentsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::alter_partition_reassignments::handle(ctx, version, req).await,
+                &handlers::alter_partition_reassignments::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::ListPartitionReassignments => {
             let req: ListPartitionReassignmentsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::list_partition_reassignments::handle(ctx, version, req).await,
+                &handlers::list_partition_reassignments::handle(ctx, version, &authz, req).await,
             )
         }
         // Group coordination. JoinGroup and SyncGroup may wait for a rebalance, so like
@@ -375,7 +398,8 @@ async fn serve(
             let req: FindCoordinatorRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::find_coordinator::handle(ctx, version, req, &session.listener).await,
+                &handlers::find_coordinator::handle(ctx, version, req, &session.listener, &authz)
+                    .await,
             )
         }
         ApiKey::JoinGroup => {
@@ -388,78 +412,90 @@ async fn serve(
                 .unwrap_or_default();
             let (ctx, peer) = (ctx.clone(), session.peer.clone());
             deferred(&raw, async move {
-                handlers::join_group::handle(&ctx, version, &client_id, &peer, req).await
+                handlers::join_group::handle(&ctx, version, &client_id, &peer, &authz, req).await
             })
         }
         ApiKey::SyncGroup => {
             let req: SyncGroupRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::sync_group::handle(&ctx, version, req).await
+                handlers::sync_group::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::Heartbeat => {
             let req: HeartbeatRequest = decode_body(&raw)?;
-            respond(&raw, &handlers::heartbeat::handle(ctx, version, req).await)
+            respond(
+                &raw,
+                &handlers::heartbeat::handle(ctx, version, &authz, req).await,
+            )
         }
         ApiKey::LeaveGroup => {
             let req: LeaveGroupRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::leave_group::handle(ctx, version, req).await,
+                &handlers::leave_group::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::OffsetCommit => {
             let req: OffsetCommitRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::offset_commit::handle(&ctx, version, req).await
+                handlers::offset_commit::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::TxnOffsetCommit => {
             let req: TxnOffsetCommitRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::txn_offset_commit::handle(&ctx, version, req).await
+                handlers::txn_offset_commit::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::OffsetFetch => {
             let req: OffsetFetchRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::offset_fetch::handle(ctx, version, req).await,
+                &handlers::offset_fetch::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DescribeGroups => {
             let req: DescribeGroupsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::describe_groups::handle(ctx, version, req).await,
+                &handlers::describe_groups::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::ListGroups => {
             let req: ListGroupsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::list_groups::handle(ctx, version, req).await,
+                &handlers::list_groups::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DeleteGroups => {
             let req: DeleteGroupsRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::delete_groups::handle(ctx, version, req).await,
+                &handlers::delete_groups::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::OffsetDelete => {
             let req: OffsetDeleteRequest = decode_body(&raw)?;
             respond(
                 &raw,
-                &handlers::offset_delete::handle(ctx, version, req).await,
+                &handlers::offset_delete::handle(ctx, version, &authz, req).await,
             )
         }
         ApiKey::DescribeUserScramCredentials => {
             let req: DescribeUserScramCredentialsRequest = decode_body(&raw)?;
+            // Kafka: DESCRIBE on the cluster.
+            if !authz.allows_cluster(AclOperation::Describe) {
+                return respond(
+                    &raw,
+                    &DescribeUserScramCredentialsResponse::default()
+                        .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+                        .with_error_message(Some(handlers::str_bytes(CLUSTER_DENIED))),
+                );
+            }
             let catalog = ctx.shared.catalog.load();
             respond(
                 &raw,
@@ -470,22 +506,50 @@ async fn serve(
             let req: AlterUserScramCredentialsRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::alter_user_scram_credentials::handle(&ctx, version, req).await
+                handlers::alter_user_scram_credentials::handle(&ctx, version, &authz, req).await
             })
         }
         ApiKey::DescribeClientQuotas => {
             let req: DescribeClientQuotasRequest = decode_body(&raw)?;
+            // Kafka: DESCRIBE_CONFIGS on the cluster.
+            if !authz.allows_cluster(AclOperation::DescribeConfigs) {
+                return respond(
+                    &raw,
+                    &DescribeClientQuotasResponse::default()
+                        .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+                        .with_error_message(Some(handlers::str_bytes(CLUSTER_DENIED)))
+                        .with_entries(None),
+                );
+            }
             let catalog = ctx.shared.catalog.load();
             respond(
                 &raw,
                 &handlers::describe_client_quotas::handle(&catalog.client_quotas, &req),
             )
         }
+        ApiKey::DescribeAcls => {
+            let req: DescribeAclsRequest = decode_body(&raw)?;
+            respond(&raw, &handlers::describe_acls::handle(&authz, &req))
+        }
+        ApiKey::CreateAcls => {
+            let req: CreateAclsRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::create_acls::handle(&ctx, version, &authz, req).await
+            })
+        }
+        ApiKey::DeleteAcls => {
+            let req: DeleteAclsRequest = decode_body(&raw)?;
+            let ctx = ctx.clone();
+            deferred(&raw, async move {
+                handlers::delete_acls::handle(&ctx, version, &authz, req).await
+            })
+        }
         ApiKey::AlterClientQuotas => {
             let req: AlterClientQuotasRequest = decode_body(&raw)?;
             let ctx = ctx.clone();
             deferred(&raw, async move {
-                handlers::alter_client_quotas::handle(&ctx, version, req).await
+                handlers::alter_client_quotas::handle(&ctx, version, &authz, req).await
             })
         }
         // On a SASL listener the connection answers these itself (`server::sasl`); here the

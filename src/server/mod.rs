@@ -2,6 +2,7 @@
 //! and one handler file per Kafka API under `handlers/`.
 pub mod admin;
 pub mod admission;
+pub mod authz;
 pub mod connection;
 pub mod dispatch;
 pub mod handlers;

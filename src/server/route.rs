@@ -290,6 +290,36 @@ pub async fn on_leaders<O: LeaderOp>(
         .collect()
 }
 
+/// `on_leaders_by_topic` for the topics `allowed` marks (by the authorizer): every
+/// partition of another topic answers TOPIC_AUTHORIZATION_FAILED without reaching a shard.
+pub async fn on_authorized_leaders_by_topic<O: LeaderOp>(
+    ctx: &Rc<ShardCtx>,
+    topics: ByTopic<O::Arg>,
+    allowed: impl Fn(&str) -> bool,
+) -> Vec<Vec<O::Reply>> {
+    // None: asked of the leaders; Some(n): n partitions refused.
+    let mut shape: Vec<Option<usize>> = Vec::with_capacity(topics.len());
+    let mut asked = Vec::with_capacity(topics.len());
+    for (name, ps) in topics {
+        if allowed(&name) {
+            shape.push(None);
+            asked.push((name, ps));
+        } else {
+            shape.push(Some(ps.len()));
+        }
+    }
+    let mut done = on_leaders_by_topic::<O>(ctx, asked).await.into_iter();
+    shape
+        .into_iter()
+        .map(|s| match s {
+            None => done.next().unwrap_or_default(),
+            Some(n) => (0..n)
+                .map(|_| O::failed(ErrorCode::TopicAuthorizationFailed))
+                .collect(),
+        })
+        .collect()
+}
+
 /// A request's topics, each with its `(partition, argument)` list.
 pub type ByTopic<A> = Vec<(String, Vec<(i32, A)>)>;
 

@@ -74,6 +74,9 @@ pub struct Shared {
     /// The client quotas' measured rates, broker-wide: every shard serving a client adds
     /// to the same rate (`security::quota::rate` says why).
     pub quota_rates: crate::security::quota::RateRegistry,
+    /// The ACL authorizer (`authorizer = "acl"`), or `None`: then nothing is checked, and
+    /// a request pays one branch for it (`server::authz`).
+    pub authorizer: Option<Arc<crate::security::acl::Authorizer>>,
     /// Partition directories an open log holds, broker-wide (see `claim_dir`).
     pub open_dirs: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }

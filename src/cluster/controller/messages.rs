@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::catalog::PartitionMeta;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::{AclBinding, AclBindingFilter};
 use crate::security::sasl::{ScramCredential, ScramMechanism};
 
 /// The outcome of one operation: a Kafka error code (0 = none) and a message for the client.
@@ -108,6 +109,14 @@ pub enum ControllerRequest {
             crate::security::quota::QuotaEntity,
             crate::security::quota::CheckedOps,
         )>,
+    },
+    /// ACL bindings to create, already checked by the broker (`AclBinding::from_wire`).
+    CreateAcls {
+        bindings: Vec<AclBinding>,
+    },
+    /// Deletes every binding each filter matches.
+    DeleteAcls {
+        filters: Vec<AclBindingFilter>,
     },
     /// A leader's ISR change (KIP-497).
     AlterPartition {
@@ -215,6 +224,14 @@ pub enum ControllerResponse {
     /// One status per entry of the request, in its order.
     AlterClientQuotas {
         results: Vec<Status>,
+    },
+    /// One status per binding of the request, in its order.
+    CreateAcls {
+        results: Vec<Status>,
+    },
+    /// Per filter, in the request's order, the bindings it deleted.
+    DeleteAcls {
+        results: Vec<Vec<AclBinding>>,
     },
     /// `state` is the partition after the change (or as it is, when refused for a stale
     /// epoch, so the leader can catch up). NEW_LEADER_ELECTED when the change completed a

@@ -398,6 +398,54 @@ impl Controller {
                     results: Self::alter_client_quotas(&mut batch, entries),
                 }
             }
+            ControllerRequest::CreateAcls { bindings } => {
+                // Kafka's AclControlManager: a binding that exists already succeeds and
+                // records nothing; one repeated in the request is recorded once.
+                // Applying each record to the batch's image makes a repeat a no-op.
+                let results = bindings
+                    .into_iter()
+                    .map(|binding| {
+                        if batch.work.acls.contains(&binding) {
+                            Status::ok()
+                        } else if batch.work.acls.len() >= crate::limits::ACL_BINDINGS_MAX {
+                            Status::error(
+                                ErrorCode::PolicyViolation,
+                                format!(
+                                    "the cluster holds {} ACL bindings already, its limit",
+                                    crate::limits::ACL_BINDINGS_MAX
+                                ),
+                            )
+                        } else {
+                            batch.push(MetadataRecord::AccessControlEntry { binding });
+                            Status::ok()
+                        }
+                    })
+                    .collect();
+                ControllerResponse::CreateAcls { results }
+            }
+            ControllerRequest::DeleteAcls { filters } => {
+                // A binding matched by two filters is deleted once, and reported by the
+                // first that matched it (as Kafka's controller).
+                let mut gone: Vec<crate::security::acl::AclBinding> = Vec::new();
+                let results = filters
+                    .iter()
+                    .map(|f| {
+                        let hits: Vec<_> = batch
+                            .work
+                            .acls
+                            .matching(f)
+                            .filter(|b| !gone.contains(b))
+                            .cloned()
+                            .collect();
+                        gone.extend(hits.iter().cloned());
+                        hits
+                    })
+                    .collect::<Vec<_>>();
+                for binding in gone {
+                    batch.push(MetadataRecord::RemoveAccessControlEntry { binding });
+                }
+                ControllerResponse::DeleteAcls { results }
+            }
             ControllerRequest::AlterPartition {
                 broker_id,
                 broker_epoch: _,

@@ -1095,3 +1095,47 @@ proptest::proptest! {
         sim.assert_replays();
     }
 }
+
+/// CreateAcls records each new binding once (a repeat, in the request or already stored,
+/// succeeds and records nothing); DeleteAcls removes what each filter matches, reporting a
+/// binding under the first filter only, and records nothing for a filter matching nothing.
+#[test]
+fn acls_are_created_once_and_deleted_by_filter() {
+    use crate::security::acl::{AclBinding, AclBindingFilter};
+    let mut sim = Sim::new();
+    let read = AclBinding::from_wire(2, "pay-", 4, "User:alice", "*", 3, 3).expect("valid");
+    let write = AclBinding::from_wire(2, "pay-", 4, "User:alice", "*", 4, 3).expect("valid");
+    let before = sim.log.len();
+    let resp = sim.req(ControllerRequest::CreateAcls {
+        bindings: vec![read.clone(), write.clone(), read.clone()],
+    });
+    let ControllerResponse::CreateAcls { results } = resp else {
+        panic!("{resp:?}")
+    };
+    assert!(results.len() == 3 && results.iter().all(Status::is_ok));
+    assert_eq!(sim.log.len() - before, 2);
+    sim.req(ControllerRequest::CreateAcls {
+        bindings: vec![read.clone()],
+    });
+    assert_eq!(
+        sim.log.len() - before,
+        2,
+        "an existing binding records nothing"
+    );
+    assert_eq!(sim.state.acls.len(), 2);
+
+    let by_op = AclBindingFilter::from_wire(2, Some("pay-"), 4, None, None, 3, 1).expect("valid");
+    let resp = sim.req(ControllerRequest::DeleteAcls {
+        filters: vec![by_op, AclBindingFilter::any(), AclBindingFilter::any()],
+    });
+    let ControllerResponse::DeleteAcls { results } = resp else {
+        panic!("{resp:?}")
+    };
+    assert_eq!(results, vec![vec![read], vec![write], vec![]]);
+    assert!(sim.state.acls.is_empty());
+    let logged = sim.log.len();
+    sim.req(ControllerRequest::DeleteAcls {
+        filters: vec![AclBindingFilter::any()],
+    });
+    assert_eq!(sim.log.len(), logged);
+}

@@ -7,6 +7,8 @@ use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 
 use crate::protocol::error::ErrorCode;
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::txns::{call_txn, TxnRequest};
 use crate::shard::ShardCtx;
 use crate::txn::AddOffsetsArgs;
@@ -17,8 +19,18 @@ const PRODUCER_FENCED_VERSION: i16 = 2;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: AddOffsetsToTxnRequest,
 ) -> AddOffsetsToTxnResponse {
+    // Kafka: WRITE on the transactional id, then READ on the group.
+    if !authz.allows_transactional_id(AclOperation::Write, &req.transactional_id) {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(ErrorCode::TransactionalIdAuthorizationFailed.code());
+    }
+    if !authz.allows_group(AclOperation::Read, &req.group_id) {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(ErrorCode::GroupAuthorizationFailed.code());
+    }
     let args = AddOffsetsArgs {
         transactional_id: req.transactional_id.0.to_string(),
         producer_id: ProducerId(req.producer_id.0),

@@ -19,6 +19,8 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResp
 use super::add_offsets_to_txn::wire_error;
 use crate::protocol::error::ErrorCode;
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::txns::{call_txn, verify_partitions, TxnRequest};
 use crate::shard::ShardCtx;
 use crate::txn::verify::VerifyTxn;
@@ -36,9 +38,16 @@ const ABORTABLE_VERSION: i16 = 5;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: AddPartitionsToTxnRequest,
 ) -> AddPartitionsToTxnResponse {
     if version >= BATCHED_VERSION {
+        // Kafka: the batched versions are brokers' (KIP-890 verification), so they need
+        // CLUSTER_ACTION on the cluster.
+        if !authz.allows_cluster(AclOperation::ClusterAction) {
+            return AddPartitionsToTxnResponse::default()
+                .with_error_code(ErrorCode::ClusterAuthorizationFailed.code());
+        }
         let results = futures::future::join_all(
             req.transactions
                 .iter()
@@ -80,6 +89,25 @@ pub async fn handle(
             })
             .collect()
     };
+    // Kafka: WRITE on the transactional id (else every partition
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic (else its partitions
+    // TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED).
+    if !authz.allows_transactional_id(AclOperation::Write, &req.v3_and_below_transactional_id) {
+        let code = ErrorCode::TransactionalIdAuthorizationFailed.code();
+        return AddPartitionsToTxnResponse::default()
+            .with_results_by_topic_v3_and_below(per_partition(&|_, _| code));
+    }
+    let topic_denied = |topic: &str| !authz.allows_topic(AclOperation::Write, topic);
+    if topics.iter().any(|t| topic_denied(name(t))) {
+        let results = per_partition(&|topic, _| {
+            if topic_denied(topic) {
+                ErrorCode::TopicAuthorizationFailed.code()
+            } else {
+                ErrorCode::OperationNotAttempted.code()
+            }
+        });
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
     if any_unknown {
         let results = per_partition(&|topic, p| {
             if known(topic, p) {

@@ -13,8 +13,10 @@ use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasRespon
 use super::str_bytes;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse, Status};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::security::quota::{check_alteration, checked_ops, QuotaEntity, QuotaOps};
 use crate::server::admin::controller;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 /// Each entry's checked change, or its refusal, in request order.
@@ -42,9 +44,19 @@ pub fn validate(req: &AlterClientQuotasRequest) -> Vec<Result<(QuotaEntity, Quot
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: AlterClientQuotasRequest,
 ) -> AlterClientQuotasResponse {
-    let checked = validate(&req);
+    // Kafka: ALTER_CONFIGS on the cluster, else every entry CLUSTER_AUTHORIZATION_FAILED.
+    let checked = if authz.allows_cluster(AclOperation::AlterConfigs) {
+        validate(&req)
+    } else {
+        let denied = Status::error(
+            ErrorCode::ClusterAuthorizationFailed,
+            "Cluster authorization failed.",
+        );
+        req.entries.iter().map(|_| Err(denied.clone())).collect()
+    };
     let mut statuses: Vec<Status> = checked
         .iter()
         .map(|c| c.as_ref().err().cloned().unwrap_or_default())

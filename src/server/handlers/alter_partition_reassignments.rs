@@ -16,14 +16,27 @@ use crate::cluster::controller::{
     ControllerRequest, ControllerResponse, PartitionResult as Reassigned, Reassignment,
 };
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::{controller, AdminError};
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
+    // Kafka: ALTER on the cluster.
+    if !authz.allows_cluster(AclOperation::Alter) {
+        return response(
+            &req,
+            Err(AdminError::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                "Cluster authorization failed.",
+            )),
+        );
+    }
     let request = to_controller(&req);
     let outcome = match controller(ctx, request).await {
         Ok(ControllerResponse::AlterPartitionReassignments { results }) => Ok(results),

@@ -14,9 +14,11 @@ use kafka_protocol::messages::{
 use super::str_bytes;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse, Status};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::security::sasl::scram::{SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN};
 use crate::security::sasl::{ScramCredential, ScramMechanism};
 use crate::server::admin::controller;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 type Deletions = Vec<(String, ScramMechanism)>;
@@ -117,6 +119,7 @@ fn check(
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
     // Users in the order the request names them, for the answer.
@@ -131,7 +134,17 @@ pub async fn handle(
             order.push(name.to_string());
         }
     }
-    let (deletions, upsertions, mut results) = validate(&req);
+    // Kafka: ALTER on the cluster, else every user CLUSTER_AUTHORIZATION_FAILED.
+    let (deletions, upsertions, mut results) = if authz.allows_cluster(AclOperation::Alter) {
+        validate(&req)
+    } else {
+        let denied = Status::error(
+            ErrorCode::ClusterAuthorizationFailed,
+            "Cluster authorization failed.",
+        );
+        let all = order.iter().map(|u| (u.clone(), denied.clone())).collect();
+        (Vec::new(), Vec::new(), all)
+    };
     if !deletions.is_empty() || !upsertions.is_empty() {
         let answer = controller(
             ctx,

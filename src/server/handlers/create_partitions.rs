@@ -7,18 +7,27 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::{add_partitions, AdminError};
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
-        let r = if t.assignments.is_some() {
+        // Kafka: ALTER on the topic, else TOPIC_AUTHORIZATION_FAILED.
+        let r = if !authz.allows_topic(AclOperation::Alter, &name) {
+            Err(AdminError::new(
+                ErrorCode::TopicAuthorizationFailed,
+                "Authorization failed.",
+            ))
+        } else if t.assignments.is_some() {
             Err(AdminError::new(
                 ErrorCode::InvalidReplicaAssignment,
                 "manual assignments are not supported; move replicas with AlterPartitionReassignments",

@@ -10,14 +10,20 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use super::describe_configs::topic_configs;
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::create_topic;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
+/// Authorization (Kafka's): CREATE on the cluster, or else on each topic
+/// (TOPIC_AUTHORIZATION_FAILED for a topic without it).
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
+    let cluster_may_create = authz.allows_cluster(AclOperation::Create);
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
@@ -30,7 +36,12 @@ pub async fn handle(
                     .map(|v| (c.name.to_string(), v.to_string()))
             })
             .collect();
-        let result = if !t.assignments.is_empty() {
+        let result = if !cluster_may_create && !authz.allows_topic(AclOperation::Create, &name) {
+            Err(crate::server::admin::AdminError::new(
+                ErrorCode::TopicAuthorizationFailed,
+                "Authorization failed.",
+            ))
+        } else if !t.assignments.is_empty() {
             Err(crate::server::admin::AdminError::new(
                 ErrorCode::InvalidRequest,
                 "manual replica assignments are not supported; create the topic, then move replicas with AlterPartitionReassignments",

@@ -5,12 +5,15 @@ use std::rc::Rc;
 use kafka_protocol::messages::delete_records_response::*;
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use crate::server::route::{on_leaders_by_topic, DeleteRecords};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
+use crate::server::route::{on_authorized_leaders_by_topic, DeleteRecords};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: DeleteRecordsRequest,
 ) -> DeleteRecordsResponse {
     let wanted = req
@@ -26,7 +29,11 @@ pub async fn handle(
             )
         })
         .collect();
-    let results = on_leaders_by_topic::<DeleteRecords>(ctx, wanted).await;
+    // Kafka: DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED.
+    let results = on_authorized_leaders_by_topic::<DeleteRecords>(ctx, wanted, |t| {
+        authz.allows_topic(AclOperation::Delete, t)
+    })
+    .await;
     let topics = req
         .topics
         .into_iter()

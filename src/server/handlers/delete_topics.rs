@@ -6,12 +6,15 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::delete_topic;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
     // v0-5 name topics in `topic_names`; v6+ in `topics`, by name or id.
@@ -42,6 +45,14 @@ pub async fn handle(
                 .with_topic_id(id)
                 .with_error_code(ErrorCode::UnknownTopicId.code())
                 .with_error_message(Some(str_bytes("unknown topic id"))),
+            // Kafka: DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED.
+            Some(name) if !authz.allows_topic(AclOperation::Delete, &name) => {
+                DeletableTopicResult::default()
+                    .with_name(Some(topic_name(&name)))
+                    .with_topic_id(id)
+                    .with_error_code(ErrorCode::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes("Authorization failed.")))
+            }
             Some(name) => match delete_topic(ctx, &name).await {
                 Ok(meta) => DeletableTopicResult::default()
                     .with_name(Some(topic_name(&name)))

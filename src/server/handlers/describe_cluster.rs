@@ -7,6 +7,8 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 /// DescribeCluster endpoint types (KIP-919): 1 brokers, 2 controllers.
@@ -17,7 +19,23 @@ pub fn handle(
     version: i16,
     req: DescribeClusterRequest,
     listener: &str,
+    authz: &Authz,
 ) -> DescribeClusterResponse {
+    // Kafka: DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED.
+    if !authz.allows_cluster(AclOperation::Describe) {
+        return DescribeClusterResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+            .with_cluster_authorized_operations(i32::MIN);
+    }
+    let operations = if req.include_cluster_authorized_operations {
+        authz.authorized_operations(
+            crate::security::acl::ResourceType::Cluster,
+            crate::security::acl::CLUSTER_NAME,
+            crate::security::acl::CLUSTER_OPERATIONS,
+        )
+    } else {
+        i32::MIN
+    };
     let catalog = ctx.shared.catalog.load();
     let brokers = catalog
         .live_brokers()
@@ -37,7 +55,7 @@ pub fn handle(
         .with_cluster_id(str_bytes(&catalog.cluster_id))
         .with_controller_id(BrokerId(controller))
         .with_endpoint_type(ENDPOINT_BROKERS)
-        .with_cluster_authorized_operations(i32::MIN)
+        .with_cluster_authorized_operations(operations)
         .with_brokers(brokers);
     if version >= 1 && req.endpoint_type != ENDPOINT_BROKERS {
         return resp

@@ -9,6 +9,8 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use super::str_bytes;
 use crate::config::{BROKER_TOPIC_DEFAULTS, TOPIC_CONFIG_KEYS};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 /// Kafka's ConfigResource types.
@@ -108,6 +110,7 @@ pub fn topic_configs(ctx: &ShardCtx, overrides: &BTreeMap<String, String>) -> Ve
 pub fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
     let catalog = ctx.shared.catalog.load();
@@ -123,7 +126,21 @@ pub fn handle(
         let base = DescribeConfigsResult::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
+        // Kafka: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster,
+        // for a broker (CLUSTER_AUTHORIZATION_FAILED).
+        let refused = match r.resource_type {
+            RESOURCE_TOPIC if !authz.allows_topic(AclOperation::DescribeConfigs, &name) => {
+                Some(ErrorCode::TopicAuthorizationFailed)
+            }
+            RESOURCE_BROKER if !authz.allows_cluster(AclOperation::DescribeConfigs) => {
+                Some(ErrorCode::ClusterAuthorizationFailed)
+            }
+            _ => None,
+        };
         let result = match r.resource_type {
+            _ if refused.is_some() => base
+                .with_error_code(refused.map_or(0, |e| e.code()))
+                .with_error_message(Some(str_bytes("Authorization failed."))),
             RESOURCE_TOPIC => match catalog.topic(&name) {
                 None => base
                     .with_error_code(ErrorCode::UnknownTopicOrPartition.code())

@@ -6,6 +6,8 @@ use kafka_protocol::messages::describe_groups_response::*;
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse, GroupId};
 
 use super::str_bytes;
+use crate::security::acl::{AclOperation, ResourceType, GROUP_OPERATIONS};
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
@@ -15,14 +17,31 @@ const OPERATIONS_OMITTED: i32 = i32::MIN;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
+    // Kafka: DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED; the group's
+    // authorized operations when the request asks (v3+).
     let mut groups = Vec::with_capacity(req.groups.len());
     for g in req.groups {
         let group_id = g.0.to_string();
+        let operations = if req.include_authorized_operations {
+            authz.authorized_operations(ResourceType::Group, &group_id, GROUP_OPERATIONS)
+        } else {
+            OPERATIONS_OMITTED
+        };
         let base = DescribedGroup::default()
             .with_group_id(GroupId(str_bytes(&group_id)))
-            .with_authorized_operations(OPERATIONS_OMITTED);
+            .with_authorized_operations(operations);
+        if !authz.allows_group(AclOperation::Describe, &group_id) {
+            groups.push(
+                base.with_authorized_operations(OPERATIONS_OMITTED)
+                    .with_error_code(
+                        crate::protocol::error::ErrorCode::GroupAuthorizationFailed.code(),
+                    ),
+            );
+            continue;
+        }
         let entry = match call_group(ctx, &group_id, GroupRequest::Describe(group_id.clone())).await
         {
             GroupReply::Describe(d) => base

@@ -8,7 +8,9 @@ use std::rc::Rc;
 use kafka_protocol::messages::describe_producers_response::*;
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use crate::server::route::{on_leaders_by_topic, DescribeProducers};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
+use crate::server::route::{on_authorized_leaders_by_topic, DescribeProducers};
 use crate::shard::partition_service::describe_producers::ProducersResult;
 use crate::shard::ShardCtx;
 use crate::storage::producer_state::ProducerView;
@@ -16,6 +18,7 @@ use crate::storage::producer_state::ProducerView;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
     let wanted = req
@@ -28,7 +31,11 @@ pub async fn handle(
             )
         })
         .collect();
-    let results = on_leaders_by_topic::<DescribeProducers>(ctx, wanted).await;
+    // Kafka: READ on the topic, else TOPIC_AUTHORIZATION_FAILED.
+    let results = on_authorized_leaders_by_topic::<DescribeProducers>(ctx, wanted, |t| {
+        authz.allows_topic(AclOperation::Read, t)
+    })
+    .await;
     let topics = req
         .topics
         .into_iter()

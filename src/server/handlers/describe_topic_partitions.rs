@@ -26,23 +26,39 @@ use super::topic_name;
 use crate::cluster::catalog::{Catalog, TopicMeta};
 use crate::limits::DESCRIBE_TOPIC_PARTITIONS_LIMIT_MAX;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 pub fn handle(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     req: DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
-    describe(&ctx.shared.catalog.load(), &req)
+    describe_as(&ctx.shared.catalog.load(), &req, authz)
 }
 
-/// The answer to `req` from one catalog snapshot.
+/// The answer to `req` from one catalog snapshot, with authorization off.
+#[cfg(test)]
 pub(crate) fn describe(
     catalog: &Catalog,
     req: &DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
+    describe_as(catalog, req, &Authz::off())
+}
+
+/// The answer to `req` from one catalog snapshot. Authorization (Kafka's): topics the
+/// principal may not DESCRIBE are left out of an all-topics answer and answered
+/// TOPIC_AUTHORIZATION_FAILED when named.
+pub(crate) fn describe_as(
+    catalog: &Catalog,
+    req: &DescribeTopicPartitionsRequest,
+    authz: &Authz,
+) -> DescribeTopicPartitionsResponse {
+    let may = |t: &str| authz.allows_topic(AclOperation::Describe, t);
     let all_topics = req.topics.is_empty();
     let requested: BTreeSet<String> = if all_topics {
-        catalog.topics.keys().cloned().collect()
+        catalog.topics.keys().filter(|t| may(t)).cloned().collect()
     } else {
         req.topics.iter().map(|t| t.name.0.to_string()).collect()
     };
@@ -68,6 +84,11 @@ pub(crate) fn describe(
             resp.next_cursor = Some(next(name, 0));
             break;
         }
+        if !may(name) {
+            resp.topics
+                .push(error_topic(name, ErrorCode::TopicAuthorizationFailed));
+            continue;
+        }
         let Some(meta) = catalog.topic(name) else {
             resp.topics.push(missing_topic(name));
             continue;
@@ -83,7 +104,16 @@ pub(crate) fn describe(
                 .with_name(Some(topic_name(name)))
                 .with_topic_id(meta.uuid())
                 .with_is_internal(is_internal(name))
-                .with_topic_authorized_operations(OPERATIONS_OMITTED)
+                .with_topic_authorized_operations(if authz.is_on() {
+                    // The request has no flag for it: Kafka always reports them.
+                    authz.authorized_operations(
+                        crate::security::acl::ResourceType::Topic,
+                        name,
+                        crate::security::acl::TOPIC_OPERATIONS,
+                    )
+                } else {
+                    OPERATIONS_OMITTED
+                })
                 .with_partitions(partitions),
         );
         if let Some(partition) = more {

@@ -12,17 +12,25 @@ use kafka_protocol::messages::{
 };
 
 use super::{str_bytes, topic_name};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::{txns, ShardCtx};
 use crate::txn::{ErrorCode, TxnDescription};
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
     let mut states = Vec::with_capacity(req.transactional_ids.len());
     for id in req.transactional_ids {
-        let result = txns::describe(ctx, &id.0).await;
+        // Kafka: DESCRIBE on the transactional id.
+        let result = if authz.allows_transactional_id(AclOperation::Describe, &id.0) {
+            txns::describe(ctx, &id.0).await
+        } else {
+            Err(ErrorCode::TransactionalIdAuthorizationFailed)
+        };
         states.push(transaction_state(id, result));
     }
     DescribeTransactionsResponse::default().with_transaction_states(states)

@@ -18,7 +18,9 @@ use crate::cluster::controller::{
     ControllerRequest, ControllerResponse, PartitionResult as Elected, Status,
 };
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::{controller, AdminError};
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 /// ElectLeaders `election_type` values.
@@ -28,8 +30,20 @@ const ELECTION_UNCLEAN: i8 = 1;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: ElectLeadersRequest,
 ) -> ElectLeadersResponse {
+    // Kafka: ALTER on the cluster.
+    if !authz.allows_cluster(AclOperation::Alter) {
+        return response(
+            version,
+            &req,
+            Err(AdminError::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                "Cluster authorization failed.",
+            )),
+        );
+    }
     let outcome = match to_controller(version, &req) {
         Err(e) => Err(e),
         Ok(request) => match controller(ctx, request).await {

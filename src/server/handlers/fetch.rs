@@ -16,6 +16,8 @@ use kafka_protocol::messages::{ApiKey, FetchRequest};
 
 use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::server::dispatch::PendingResponse;
 use crate::server::route::{FanOut, Slot};
 use crate::shard::ops::{ShardOp, ShardReply};
@@ -51,10 +53,14 @@ pub struct FetchQuota {
 /// muted; older versions get their answer late instead.
 const FETCH_KIP219_VERSION: i16 = 8;
 
+/// Authorization (Kafka's): a follower's fetch (replica id >= 0) needs CLUSTER_ACTION on
+/// the cluster, so a client cannot claim to be a replica and move a high watermark; a
+/// consumer's needs READ on each topic. Refused partitions answer TOPIC_AUTHORIZATION_FAILED.
 pub fn handle(
     ctx: Rc<ShardCtx>,
     version: i16,
     correlation_id: i32,
+    authz: Authz,
     req: FetchRequest,
     quota: Option<FetchQuota>,
 ) -> PendingResponse {
@@ -79,7 +85,7 @@ pub fn handle(
             }
             None => fetch_max_bytes,
         };
-        let topics = resolve(&ctx, version, &req, replica_id, fetch_max_bytes);
+        let topics = resolve(&ctx, version, &req, replica_id, fetch_max_bytes, &authz);
         // read_committed (v4+): data only below the last stable offset, plus the aborted
         // transactions the consumer must drop.
         let isolation = Isolation::from_level(req.isolation_level);
@@ -152,9 +158,11 @@ fn resolve(
     req: &FetchRequest,
     replica_id: i32,
     fetch_max_bytes: usize,
+    authz: &Authz,
 ) -> Vec<WantedTopic> {
     let catalog = ctx.shared.catalog.load();
     let nr_shards = ctx.shared.nr_shards;
+    let follower_denied = replica_id >= 0 && !authz.allows_cluster(AclOperation::ClusterAction);
     req.topics
         .iter()
         .map(|t| {
@@ -171,11 +179,17 @@ fn resolve(
             let name = meta
                 .map(|m| m.name.clone())
                 .unwrap_or_else(|| t.topic.0.to_string());
+            // An unknown topic id names nothing to authorize: it stays UNKNOWN_TOPIC_ID.
+            let denied = follower_denied
+                || (replica_id < 0
+                    && (meta.is_some() || version < 13)
+                    && !authz.allows_topic(AclOperation::Read, &name));
             let partitions = t
                 .partitions
                 .iter()
                 .map(|p| {
                     let target = match meta {
+                        _ if denied => Err(ErrorCode::TopicAuthorizationFailed),
                         None => Err(missing),
                         Some(m) => match usize::try_from(p.partition)
                             .ok()

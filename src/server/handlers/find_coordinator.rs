@@ -12,6 +12,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{coordinator_node, ensure_offsets_topic};
 use crate::shard::{txns, ShardCtx};
 
@@ -24,6 +26,7 @@ pub async fn handle(
     version: i16,
     req: FindCoordinatorRequest,
     listener: &str,
+    authz: &Authz,
 ) -> FindCoordinatorResponse {
     // Kafka creates the offsets topic on the first FindCoordinator.
     // Kafka creates the transaction state topic on the first FindCoordinator for an id.
@@ -46,8 +49,16 @@ pub async fn handle(
             .filter(|b| !b.fenced)
             .and_then(|b| Some((b.node_id, b.endpoint(listener)?)));
         let known_type = req.key_type == KEY_TYPE_GROUP || req.key_type == KEY_TYPE_TRANSACTION;
+        // Kafka: DESCRIBE on the group or transactional id named.
         let error = if !known_type || key.is_empty() {
             Some(ErrorCode::InvalidRequest)
+        } else if req.key_type == KEY_TYPE_GROUP && !authz.allows_group(AclOperation::Describe, key)
+        {
+            Some(ErrorCode::GroupAuthorizationFailed)
+        } else if req.key_type == KEY_TYPE_TRANSACTION
+            && !authz.allows_transactional_id(AclOperation::Describe, key)
+        {
+            Some(ErrorCode::TransactionalIdAuthorizationFailed)
         } else if let Err(e) = created {
             Some(e)
         } else if leader.is_none() {

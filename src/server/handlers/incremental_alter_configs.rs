@@ -11,9 +11,11 @@ use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::str_bytes;
 use crate::config::broker_key_to_topic_key;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::{
     set_broker_configs, set_topic_configs, validate_topic_configs, AdminError,
 };
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 const OP_SET: i8 = 0;
@@ -52,12 +54,27 @@ pub fn apply_list_op(current: &str, items: &str, append: bool) -> String {
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let name = r.resource_name.to_string();
-        let result = alter(ctx, r.resource_type, &name, &r.configs, req.validate_only).await;
+        // Kafka: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster, for
+        // a broker (CLUSTER_AUTHORIZATION_FAILED).
+        let refused = match r.resource_type {
+            RESOURCE_TOPIC if !authz.allows_topic(AclOperation::AlterConfigs, &name) => {
+                Some(ErrorCode::TopicAuthorizationFailed)
+            }
+            RESOURCE_BROKER if !authz.allows_cluster(AclOperation::AlterConfigs) => {
+                Some(ErrorCode::ClusterAuthorizationFailed)
+            }
+            _ => None,
+        };
+        let result = match refused {
+            Some(e) => Err(AdminError::new(e, "Authorization failed.")),
+            None => alter(ctx, r.resource_type, &name, &r.configs, req.validate_only).await,
+        };
         let mut resp = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);

@@ -8,6 +8,8 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 
 use crate::protocol::error::ErrorCode;
 use crate::protocol::producer::{ProducerEpoch, ProducerId as Pid};
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::server::authz::Authz;
 use crate::shard::txns::{call_txn, TxnRequest};
 use crate::shard::ShardCtx;
 use crate::txn::{InitProducerIdArgs, ProducerIdAndEpoch, Response};
@@ -19,6 +21,7 @@ const PRODUCER_FENCED_VERSION: i16 = 4;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let failed = |e: ErrorCode| {
@@ -32,6 +35,19 @@ pub async fn handle(
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1)
     };
+    // Kafka 4: WRITE on the transactional id; an idempotent producer without one needs
+    // IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
+    match &req.transactional_id {
+        Some(id) if !authz.allows_transactional_id(AclOperation::Write, id) => {
+            return failed(ErrorCode::TransactionalIdAuthorizationFailed)
+        }
+        None if !authz.allows_cluster(AclOperation::IdempotentWrite)
+            && !authz.allows_some(AclOperation::Write, ResourceType::Topic) =>
+        {
+            return failed(ErrorCode::ClusterAuthorizationFailed)
+        }
+        _ => {}
+    }
     if let Some(transactional_id) = req.transactional_id {
         // v3+ (KIP-360): a producer recovering from an error sends the id and epoch it has.
         let current = (req.producer_id.0 >= 0).then_some(ProducerIdAndEpoch {

@@ -9,6 +9,8 @@ use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use super::str_bytes;
 use crate::group::{JoinArgs, JoinResult};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
@@ -17,6 +19,7 @@ pub async fn handle(
     version: i16,
     client_id: &str,
     peer: &str,
+    authz: &Authz,
     req: JoinGroupRequest,
 ) -> JoinGroupResponse {
     let group_id = req.group_id.0.to_string();
@@ -42,10 +45,15 @@ pub async fn handle(
         require_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,
     };
-    let result = match call_group(ctx, &group_id, GroupRequest::Join(args)).await {
-        GroupReply::Join(r) => r,
-        GroupReply::Error(e) => JoinResult::error(&req.member_id, e),
-        _ => JoinResult::error(&req.member_id, ErrorCode::UnknownServerError),
+    // Kafka: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+    let result = if !authz.allows_group(AclOperation::Read, &group_id) {
+        JoinResult::error(&req.member_id, ErrorCode::GroupAuthorizationFailed)
+    } else {
+        match call_group(ctx, &group_id, GroupRequest::Join(args)).await {
+            GroupReply::Join(r) => r,
+            GroupReply::Error(e) => JoinResult::error(&req.member_id, e),
+            _ => JoinResult::error(&req.member_id, ErrorCode::UnknownServerError),
+        }
     };
     JoinGroupResponse::default()
         .with_error_code(result.error.map(|e| e.code()).unwrap_or(0))

@@ -8,15 +8,23 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 use super::str_bytes;
 use crate::group::LeaveMember;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: LeaveGroupRequest,
 ) -> LeaveGroupResponse {
     let group_id = req.group_id.0.to_string();
+    // Kafka: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+    if !authz.allows_group(AclOperation::Read, &group_id) {
+        return LeaveGroupResponse::default()
+            .with_error_code(ErrorCode::GroupAuthorizationFailed.code());
+    }
     let members: Vec<LeaveMember> = if version >= 3 {
         req.members
             .iter()

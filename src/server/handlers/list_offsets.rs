@@ -6,7 +6,9 @@ use std::rc::Rc;
 use kafka_protocol::messages::list_offsets_response::*;
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use crate::server::route::{on_leaders_by_topic, ListOffsets};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
+use crate::server::route::{on_authorized_leaders_by_topic, ListOffsets};
 use crate::shard::partition_service::fetch::Isolation;
 use crate::shard::partition_service::list_offsets::OffsetQuery;
 use crate::shard::ShardCtx;
@@ -14,6 +16,7 @@ use crate::shard::ShardCtx;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
     let isolation = if version >= 2 {
@@ -42,7 +45,14 @@ pub async fn handle(
             )
         })
         .collect();
-    let results = on_leaders_by_topic::<ListOffsets>(ctx, wanted).await;
+    // Kafka: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED. A follower's request
+    // (replica id >= 0; Strata's fetcher asks for log start offsets) passes with
+    // CLUSTER_ACTION too, so brokers need no topic ACLs.
+    let as_replica = req.replica_id.0 >= 0 && authz.allows_cluster(AclOperation::ClusterAction);
+    let results = on_authorized_leaders_by_topic::<ListOffsets>(ctx, wanted, |t| {
+        as_replica || authz.allows_topic(AclOperation::Describe, t)
+    })
+    .await;
     let topics = req
         .topics
         .into_iter()

@@ -13,14 +13,24 @@ use kafka_protocol::messages::{
 use super::{str_bytes, topic_name};
 use crate::cluster::controller::{ControllerRequest, ControllerResponse, OngoingReassignment};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
 use crate::server::admin::{controller, AdminError};
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
+    // Kafka: DESCRIBE on the cluster.
+    if !authz.allows_cluster(AclOperation::Describe) {
+        return response(Err(AdminError::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            "Cluster authorization failed.",
+        )));
+    }
     let outcome = match controller(ctx, to_controller(&req)).await {
         Ok(ControllerResponse::ListPartitionReassignments { reassignments }) => Ok(reassignments),
         Ok(other) => Err(AdminError::new(

@@ -12,6 +12,8 @@ use kafka_protocol::messages::{
 };
 
 use super::str_bytes;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::{txns, ShardCtx};
 use crate::txn::admin::{ListFilter, ListQuery};
 use crate::txn::{ErrorCode, TxnDescription};
@@ -19,6 +21,7 @@ use crate::txn::{ErrorCode, TxnDescription};
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: ListTransactionsRequest,
 ) -> ListTransactionsResponse {
     let query = ListQuery {
@@ -40,7 +43,11 @@ pub async fn handle(
         Ok(f) => f,
         Err(e) => return ListTransactionsResponse::default().with_error_code(e.code()),
     };
-    let listed = txns::list_all(ctx, filter).await;
+    // Kafka: the transactions whose id the principal may DESCRIBE.
+    let listed = txns::list_all(ctx, filter).await.map(|mut all| {
+        all.retain(|d| authz.allows_transactional_id(AclOperation::Describe, &d.transactional_id));
+        all
+    });
     response(listed, unknown)
 }
 

@@ -1,5 +1,10 @@
 //! Metadata: brokers, topics (with ids), partitions and leaders. Unknown topics are created
 //! when `auto_create_topics_enable` is on and the request allows it (v4+), as in Kafka.
+//!
+//! Authorization (Kafka's): a topic the principal may not DESCRIBE is left out of an
+//! all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named; creating a missing
+//! one needs CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED); the
+//! `authorized_operations` fields are filled when the request asks (v8+).
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -10,7 +15,11 @@ use super::{str_bytes, topic_name};
 use crate::cluster::catalog::{Catalog, PartitionMeta, TopicMeta};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::{encode_offline_reasons, OFFLINE_REASONS_TAG};
+use crate::security::acl::{
+    AclOperation, ResourceType, CLUSTER_NAME, CLUSTER_OPERATIONS, TOPIC_OPERATIONS,
+};
 use crate::server::admin::create_topic;
+use crate::server::authz::Authz;
 use crate::shard::ShardCtx;
 
 /// Kafka's "authorized operations not requested" marker.
@@ -23,6 +32,7 @@ pub async fn handle(
     version: i16,
     req: MetadataRequest,
     listener: &str,
+    authz: &Authz,
 ) -> MetadataResponse {
     let config = &ctx.shared.config;
     let catalog = ctx.shared.catalog.load();
@@ -47,6 +57,19 @@ pub async fn handle(
         .with_cluster_id(Some(str_bytes(&catalog.cluster_id)))
         .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(OPERATIONS_OMITTED);
+    if req.include_cluster_authorized_operations && (8..=10).contains(&version) {
+        resp.cluster_authorized_operations =
+            authz.authorized_operations(ResourceType::Cluster, CLUSTER_NAME, CLUSTER_OPERATIONS);
+    }
+    let with_ops = req.include_topic_authorized_operations && version >= 8;
+    let ops = |name: &str| {
+        if with_ops {
+            authz.authorized_operations(ResourceType::Topic, name, TOPIC_OPERATIONS)
+        } else {
+            OPERATIONS_OMITTED
+        }
+    };
+    let may_describe = |name: &str| authz.allows_topic(AclOperation::Describe, name);
 
     // v0: an empty list means all topics; v1+: null means all topics.
     let all = match &req.topics {
@@ -55,7 +78,10 @@ pub async fn handle(
     };
     if all {
         for meta in catalog.topics.values() {
-            resp.topics.push(topic_entry(&catalog, meta));
+            if may_describe(&meta.name) {
+                resp.topics
+                    .push(topic_entry(&catalog, meta, ops(&meta.name)));
+            }
         }
         return resp;
     }
@@ -74,14 +100,35 @@ pub async fn handle(
             None => catalog.topic_by_id(requested.topic_id.as_u128()).cloned(),
         };
         let entry = match (found, by_name) {
-            (Some(meta), _) => topic_entry(&ctx.shared.catalog.load(), &meta),
+            (Some(meta), _) if !may_describe(&meta.name) => MetadataResponseTopic::default()
+                .with_error_code(ErrorCode::TopicAuthorizationFailed.code())
+                .with_name(requested.name.clone())
+                .with_topic_id(requested.topic_id)
+                .with_topic_authorized_operations(OPERATIONS_OMITTED),
+            (Some(meta), _) => topic_entry(&ctx.shared.catalog.load(), &meta, ops(&meta.name)),
+            (None, Some(name)) if !may_describe(&name) => error_entry(
+                &name,
+                requested.topic_id,
+                ErrorCode::TopicAuthorizationFailed,
+            ),
+            (None, Some(name))
+                if auto_create
+                    && !authz.allows_cluster(AclOperation::Create)
+                    && !authz.allows_topic(AclOperation::Create, &name) =>
+            {
+                error_entry(
+                    &name,
+                    requested.topic_id,
+                    ErrorCode::TopicAuthorizationFailed,
+                )
+            }
             (None, Some(name)) if auto_create => {
                 match create_topic(ctx, &name, -1, -1, BTreeMap::new(), false).await {
-                    Ok(made) => topic_entry(&ctx.shared.catalog.load(), &made.meta),
+                    Ok(made) => topic_entry(&ctx.shared.catalog.load(), &made.meta, ops(&name)),
                     // Another connection created it a moment ago.
                     Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
                         match ctx.shared.catalog.load().topic(&name) {
-                            Some(meta) => topic_entry(&ctx.shared.catalog.load(), meta),
+                            Some(meta) => topic_entry(&ctx.shared.catalog.load(), meta, ops(&name)),
                             None => error_entry(
                                 &name,
                                 requested.topic_id,
@@ -117,12 +164,12 @@ fn error_entry(name: &str, id: uuid::Uuid, code: ErrorCode) -> MetadataResponseT
         .with_topic_authorized_operations(OPERATIONS_OMITTED)
 }
 
-fn topic_entry(catalog: &Catalog, meta: &TopicMeta) -> MetadataResponseTopic {
+fn topic_entry(catalog: &Catalog, meta: &TopicMeta, ops: i32) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&meta.name)))
         .with_topic_id(meta.uuid())
         .with_is_internal(is_internal(&meta.name))
-        .with_topic_authorized_operations(OPERATIONS_OMITTED)
+        .with_topic_authorized_operations(ops)
         .with_partitions(
             meta.partitions
                 .iter()

@@ -8,15 +8,21 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use super::topic_name;
 use crate::group::{CommitArgs, CommitOffset};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
     let group_id = req.group_id.0.to_string();
+    // Kafka: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED) and on
+    // each topic (else its partitions TOPIC_AUTHORIZATION_FAILED).
+    let group_ok = authz.allows_group(AclOperation::Read, &group_id);
     let catalog = ctx.shared.catalog.load();
     // (topic, partition, immediate error or index into the coordinator's results)
     let mut layout: Vec<(String, Vec<PartitionSlot>)> = Vec::new();
@@ -30,7 +36,17 @@ pub async fn handle(
             leader_epoch: p.committed_leader_epoch,
             metadata: p.committed_metadata.as_ref().map(|s| s.to_string()),
         });
-        let parts = commit_slots(&catalog, &name, wanted, &mut offsets);
+        let refused = if !group_ok {
+            Some(ErrorCode::GroupAuthorizationFailed)
+        } else if !authz.allows_topic(AclOperation::Read, &name) {
+            Some(ErrorCode::TopicAuthorizationFailed)
+        } else {
+            None
+        };
+        let parts = match refused {
+            Some(e) => wanted.map(|o| (o.partition, Err(e))).collect(),
+            None => commit_slots(&catalog, &name, wanted, &mut offsets),
+        };
         layout.push((name, parts));
     }
     let results: Vec<Option<ErrorCode>> = if offsets.is_empty() {

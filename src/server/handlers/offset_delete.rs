@@ -7,6 +7,8 @@ use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use super::topic_name;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
@@ -16,18 +18,28 @@ type PartitionSlot = (i32, Result<usize, ErrorCode>);
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: OffsetDeleteRequest,
 ) -> OffsetDeleteResponse {
     let group_id = req.group_id.0.to_string();
+    // Kafka: DELETE on the group (else GROUP_AUTHORIZATION_FAILED for the request), READ
+    // on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
+    if !authz.allows_group(AclOperation::Delete, &group_id) {
+        return OffsetDeleteResponse::default()
+            .with_error_code(ErrorCode::GroupAuthorizationFailed.code());
+    }
     let catalog = ctx.shared.catalog.load();
     let mut layout: Vec<(String, Vec<PartitionSlot>)> = Vec::new();
     let mut partitions = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
         let count = catalog.topic(&name).map(|m| m.partitions.len() as i32);
+        let topic_ok = authz.allows_topic(AclOperation::Read, &name);
         let mut parts = Vec::new();
         for p in &t.partitions {
-            if count.is_some_and(|n| (0..n).contains(&p.partition_index)) {
+            if !topic_ok {
+                parts.push((p.partition_index, Err(ErrorCode::TopicAuthorizationFailed)));
+            } else if count.is_some_and(|n| (0..n).contains(&p.partition_index)) {
                 parts.push((p.partition_index, Ok(partitions.len())));
                 partitions.push((name.clone(), p.partition_index));
             } else {

@@ -11,25 +11,49 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse}
 use super::{str_bytes, topic_name};
 use crate::group::FetchedOffset;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
+/// Authorization (Kafka's): DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), and
+/// DESCRIBE on each topic: a named partition of a topic without it answers
+/// TOPIC_AUTHORIZATION_FAILED; asked for all, such topics are left out.
 async fn fetch(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     group_id: &str,
     partitions: Option<Vec<(String, i32)>>,
     require_stable: bool,
 ) -> Result<Vec<FetchedOffset>, ErrorCode> {
+    if !authz.allows_group(AclOperation::Describe, group_id) {
+        return Err(ErrorCode::GroupAuthorizationFailed);
+    }
+    let named = partitions.is_some();
     let req = GroupRequest::Fetch {
         group_id: group_id.to_string(),
         partitions,
         require_stable,
     };
-    match call_group(ctx, group_id, req).await {
-        GroupReply::Fetch(r) => Ok(r),
-        GroupReply::Error(e) => Err(e),
-        _ => Err(ErrorCode::UnknownServerError),
+    let mut offsets = match call_group(ctx, group_id, req).await {
+        GroupReply::Fetch(r) => r,
+        GroupReply::Error(e) => return Err(e),
+        _ => return Err(ErrorCode::UnknownServerError),
+    };
+    if authz.is_on() {
+        let may = |t: &str| authz.allows_topic(AclOperation::Describe, t);
+        if named {
+            for o in offsets.iter_mut().filter(|o| !may(&o.topic)) {
+                o.offset = -1;
+                o.leader_epoch = -1;
+                o.metadata = None;
+                o.error = Some(ErrorCode::TopicAuthorizationFailed);
+            }
+        } else {
+            offsets.retain(|o| may(&o.topic));
+        }
     }
+    Ok(offsets)
 }
 
 /// Groups offsets by topic, keeping the order of first appearance.
@@ -84,6 +108,7 @@ fn by_topic(offsets: Vec<FetchedOffset>) -> Vec<(String, Vec<FetchedOffset>)> {
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
     if version >= 8 {
@@ -98,7 +123,7 @@ pub async fn handle(
                     })
                     .collect()
             });
-            let entry = match fetch(ctx, &group_id, partitions, req.require_stable).await {
+            let entry = match fetch(ctx, authz, &group_id, partitions, req.require_stable).await {
                 Ok(offsets) => OffsetFetchResponseGroup::default()
                     .with_group_id(GroupId(str_bytes(&group_id)))
                     .with_topics(
@@ -143,7 +168,15 @@ pub async fn handle(
             })
             .collect::<Vec<_>>()
     });
-    match fetch(ctx, &group_id, partitions.clone(), req.require_stable).await {
+    match fetch(
+        ctx,
+        authz,
+        &group_id,
+        partitions.clone(),
+        req.require_stable,
+    )
+    .await
+    {
         Ok(offsets) => OffsetFetchResponse::default().with_topics(topics_response(offsets, None)),
         Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => {

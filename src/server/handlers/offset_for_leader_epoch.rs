@@ -9,15 +9,19 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use crate::server::route::{on_leaders_by_topic, EpochEnds};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
+use crate::server::route::{on_authorized_leaders_by_topic, EpochEnds};
 use crate::shard::partition_service::epoch_ends::EpochQuery;
 use crate::shard::ShardCtx;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    let cluster_action = authz.allows_cluster(AclOperation::ClusterAction);
     let wanted = req
         .topics
         .iter()
@@ -39,7 +43,11 @@ pub async fn handle(
             )
         })
         .collect();
-    let results = on_leaders_by_topic::<EpochEnds>(ctx, wanted).await;
+    let results = on_authorized_leaders_by_topic::<EpochEnds>(ctx, wanted, |t| {
+        // Kafka: CLUSTER_ACTION on the cluster (followers), or DESCRIBE on the topic.
+        cluster_action || authz.allows_topic(AclOperation::Describe, t)
+    })
+    .await;
     let topics = req
         .topics
         .into_iter()

@@ -10,6 +10,8 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::server::route::{FanOut, Slot};
 use crate::shard::ops::{ShardOp, ShardReply};
 use crate::shard::partition_service::produce::ProduceResult;
@@ -29,12 +31,25 @@ enum Source {
 const DISK_FULL_MESSAGE: &str = "no disk space; bytes free less than storage_min_free_bytes";
 
 /// Starts the appends and returns a future of the response (`None` for acks=0).
+///
+/// Authorization (Kafka's): a transactional produce needs WRITE on its transactional id
+/// (else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic WRITE
+/// (else its partitions are TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists).
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     version: i16,
+    authz: &Authz,
     req: ProduceRequest,
 ) -> LocalBoxFuture<'static, Option<ProduceResponse>> {
     let acks = req.acks;
+    let transactional_id = req
+        .transactional_id
+        .as_ref()
+        .map(|id| id.0.to_string())
+        .filter(|id| !id.is_empty());
+    let txn_denied = transactional_id
+        .as_deref()
+        .is_some_and(|id| !authz.allows_transactional_id(AclOperation::Write, id));
     let catalog = ctx.shared.catalog.load();
     let nr_shards = ctx.shared.nr_shards;
     let mut fan_out: FanOut<(TopicPartition, Option<bytes::Bytes>)> = FanOut::new(nr_shards);
@@ -56,10 +71,15 @@ pub async fn handle(
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
         let meta = catalog.topic(&name);
+        let topic_denied = !authz.allows_topic(AclOperation::Write, &name);
         let mut parts = Vec::with_capacity(topic.partition_data.len());
         for p in topic.partition_data {
             let source = if invalid_acks {
                 Source::Error(ErrorCode::InvalidRequiredAcks)
+            } else if txn_denied {
+                Source::Error(ErrorCode::TransactionalIdAuthorizationFailed)
+            } else if topic_denied {
+                Source::Error(ErrorCode::TopicAuthorizationFailed)
             } else if disk_full {
                 Source::DiskFull(disk_full_code)
             } else if name == crate::group::OFFSETS_TOPIC
@@ -103,11 +123,6 @@ pub async fn handle(
     }
     // Start every shard's part now, in request order per shard.
     let timeout_ms = req.timeout_ms;
-    let transactional_id = req
-        .transactional_id
-        .as_ref()
-        .map(|id| id.0.to_string())
-        .filter(|id| !id.is_empty());
     let launched = fan_out
         .start(ctx, |parts| ShardOp::Produce {
             acks,

@@ -6,10 +6,17 @@ use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use super::str_bytes;
 use crate::group::{SyncArgs, SyncResult};
 use crate::protocol::error::ErrorCode;
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, _version: i16, req: SyncGroupRequest) -> SyncGroupResponse {
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    _version: i16,
+    authz: &Authz,
+    req: SyncGroupRequest,
+) -> SyncGroupResponse {
     let group_id = req.group_id.0.to_string();
     let args = SyncArgs {
         group_id: group_id.clone(),
@@ -24,10 +31,15 @@ pub async fn handle(ctx: &Rc<ShardCtx>, _version: i16, req: SyncGroupRequest) ->
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect(),
     };
-    let result = match call_group(ctx, &group_id, GroupRequest::Sync(args)).await {
-        GroupReply::Sync(r) => r,
-        GroupReply::Error(e) => SyncResult::error(e),
-        _ => SyncResult::error(ErrorCode::UnknownServerError),
+    // Kafka: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+    let result = if !authz.allows_group(AclOperation::Read, &group_id) {
+        SyncResult::error(ErrorCode::GroupAuthorizationFailed)
+    } else {
+        match call_group(ctx, &group_id, GroupRequest::Sync(args)).await {
+            GroupReply::Sync(r) => r,
+            GroupReply::Error(e) => SyncResult::error(e),
+            _ => SyncResult::error(ErrorCode::UnknownServerError),
+        }
     };
     SyncGroupResponse::default()
         .with_error_code(result.error.map(|e| e.code()).unwrap_or(0))

@@ -19,6 +19,8 @@ use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use crate::group::{CommitOffset, TxnCommitArgs};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::shard::groups::{call_group, GroupReply, GroupRequest};
 use crate::shard::ShardCtx;
 
@@ -27,9 +29,20 @@ use super::offset_commit::{commit_slots, PartitionSlot};
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
     let group_id = req.group_id.0.to_string();
+    // Kafka: WRITE on the transactional id and READ on the group (else every partition
+    // answers that error), READ on each topic (else TOPIC_AUTHORIZATION_FAILED).
+    let refused_all = if !authz.allows_transactional_id(AclOperation::Write, &req.transactional_id)
+    {
+        Some(ErrorCode::TransactionalIdAuthorizationFailed)
+    } else if !authz.allows_group(AclOperation::Read, &group_id) {
+        Some(ErrorCode::GroupAuthorizationFailed)
+    } else {
+        None
+    };
     let catalog = ctx.shared.catalog.load();
     let mut layout: Vec<(TopicNameBytes, Vec<PartitionSlot>)> = Vec::new();
     let mut offsets = Vec::new();
@@ -42,7 +55,14 @@ pub async fn handle(
             leader_epoch: p.committed_leader_epoch,
             metadata: p.committed_metadata.as_ref().map(|s| s.to_string()),
         });
-        let parts = commit_slots(&catalog, &name, wanted, &mut offsets);
+        let refused = refused_all.or_else(|| {
+            (!authz.allows_topic(AclOperation::Read, &name))
+                .then_some(ErrorCode::TopicAuthorizationFailed)
+        });
+        let parts = match refused {
+            Some(e) => wanted.map(|o| (o.partition, Err(e))).collect(),
+            None => commit_slots(&catalog, &name, wanted, &mut offsets),
+        };
         layout.push((t.name.clone(), parts));
     }
     let results: Vec<Option<ErrorCode>> = if offsets.is_empty() {

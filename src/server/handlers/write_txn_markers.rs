@@ -13,6 +13,8 @@ use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use crate::protocol::control::{EndTxnMarker, TxnOutcome};
 use crate::protocol::error::ErrorCode;
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::security::acl::AclOperation;
+use crate::server::authz::Authz;
 use crate::server::route::{on_leaders, WriteMarkers};
 use crate::shard::partition_service::write_markers::{MarkerResult, MarkerWrite};
 use crate::shard::ShardCtx;
@@ -20,8 +22,12 @@ use crate::shard::ShardCtx;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     _version: i16,
+    authz: &Authz,
     req: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
+    // Kafka: only a broker (CLUSTER_ACTION on the cluster) writes markers; anyone else's
+    // partitions answer CLUSTER_AUTHORIZATION_FAILED and nothing is written.
+    let allowed = authz.allows_cluster(AclOperation::ClusterAction);
     // Every partition of every marker, in request order: one trip per owner shard.
     let mut items = Vec::new();
     for m in &req.markers {
@@ -43,7 +49,15 @@ pub async fn handle(
             }
         }
     }
-    let mut results = on_leaders::<WriteMarkers>(ctx, items).await.into_iter();
+    let (mut results, missing) = if allowed {
+        let done = on_leaders::<WriteMarkers>(ctx, items).await;
+        (done.into_iter(), ErrorCode::UnknownServerError)
+    } else {
+        (
+            Vec::new().into_iter(),
+            ErrorCode::ClusterAuthorizationFailed,
+        )
+    };
     let markers = req
         .markers
         .into_iter()
@@ -56,9 +70,9 @@ pub async fn handle(
                         .partition_indexes
                         .iter()
                         .map(|&p| {
-                            let r = results.next().unwrap_or_else(|| {
-                                MarkerResult::failed(ErrorCode::UnknownServerError)
-                            });
+                            let r = results
+                                .next()
+                                .unwrap_or_else(|| MarkerResult::failed(missing));
                             WritableTxnMarkerPartitionResult::default()
                                 .with_partition_index(p)
                                 .with_error_code(r.code())
