@@ -318,3 +318,21 @@ def test_acl_apis_without_authorizer_are_security_disabled(broker):
     with pytest.raises(Exception) as e:
         [f.result(timeout=20) for f in fs.values()]
     assert "SECURITY_DISABLED" in str(e.value) or "No Authorizer" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def java_build(tmp_path_factory):
+    from common import compile_java_checks
+    return compile_java_checks(tmp_path_factory, "java-acl", ["AclCheck.java"])
+
+
+def test_java_client_acls(acl_broker, java_build):
+    """The Java client 4.1: alice's (idempotent) producer is refused without ACLs, her Admin
+    cannot create ACLs (ClusterAuthorizationException); the admin's Admin creates a PREFIXED
+    WRITE, describes and deletes it, and alice produces while it stands."""
+    from common import JAVA_LIB
+    r = subprocess.run(["java", "-cp", f"{JAVA_LIB}/*:{java_build}", "AclCheck", acl_broker.bootstrap,
+                        ADMIN[1], ALICE[1]], capture_output=True, timeout=180)
+    out = r.stdout.decode() + r.stderr.decode()
+    assert r.returncode == 0, out[-5000:]
+    assert r.stdout.decode().splitlines()[-1] == "OK", out[-3000:]
