@@ -336,3 +336,89 @@ def test_java_client_acls(acl_broker, java_build):
     out = r.stdout.decode() + r.stderr.decode()
     assert r.returncode == 0, out[-5000:]
     assert r.stdout.decode().splitlines()[-1] == "OK", out[-3000:]
+
+
+# --- the same scenario against Apache Kafka 4.1 (StandardAuthorizer) ----------------------------
+
+def acl_scenario(bootstrap: str) -> dict:
+    """What alice's clients see before and after the admin's grants (a PREFIXED WRITE and
+    READ on pay-, READ on group g-alice, a DENY READ on pay-secret), as error codes and the
+    topics Metadata shows her; run unchanged against Strata and Kafka."""
+    admin = AdminClient(conf(bootstrap, ADMIN))
+    from confluent_kafka.admin import NewTopic
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in ("pay-eu", "pay-secret", "orders")]).values():
+        f.result(timeout=30)
+    time.sleep(1)
+    for t in ("pay-eu", "pay-secret", "orders"):
+        assert produce_error(bootstrap, ADMIN, t) is None
+    seen: dict = {}
+
+    def probe(when: str) -> None:
+        seen[when] = {
+            "produce pay-eu": produce_error(bootstrap, ALICE, "pay-eu"),
+            "produce pay-secret": produce_error(bootstrap, ALICE, "pay-secret"),
+            "produce orders": produce_error(bootstrap, ALICE, "orders"),
+            "fetch pay-eu": raw_fetch_error(bootstrap, ALICE, "pay-eu"),
+            "fetch pay-secret": raw_fetch_error(bootstrap, ALICE, "pay-secret"),
+            "fetch pay-eu as replica 1": raw_fetch_error(bootstrap, ALICE, "pay-eu", replica_id=1),
+            "group g-alice": consume_error(bootstrap, ALICE, "pay-eu", "g-alice"),
+            "topics": sorted(t for t in visible_topics(bootstrap, ALICE) if not t.startswith("__")),
+        }
+        try:
+            create_acls(bootstrap, ALICE, [acl("User:alice", ResourceType.TOPIC, "*", AclOperation.ALL)])
+            seen[when]["create acls"] = None
+        except Exception as e:
+            seen[when]["create acls"] = e.args[0].code() if e.args and hasattr(e.args[0], "code") else repr(e)
+
+    probe("before")
+    create_acls(bootstrap, ADMIN, [
+        acl("User:alice", ResourceType.TOPIC, "pay-", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+        acl("User:alice", ResourceType.TOPIC, "pay-", AclOperation.READ, pattern=ResourcePatternType.PREFIXED),
+        acl("User:alice", ResourceType.GROUP, "g-alice", AclOperation.READ),
+        acl("User:alice", ResourceType.TOPIC, "pay-secret", AclOperation.READ, perm=AclPermissionType.DENY),
+    ])
+    time.sleep(1)
+    probe("after")
+    return seen
+
+
+@pytest.mark.reference_kafka
+def test_acl_codes_match_reference_kafka(acl_broker, tmp_path_factory):
+    """The scenario's error codes and visible topics are Kafka's own: Apache Kafka 4.1 with
+    SASL_PLAINTEXT (PLAIN), StandardAuthorizer and super.users=User:admin answers alice's
+    clients exactly as Strata does, before and after the grants."""
+    import os
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
+    import reference_kafka
+    if not reference_kafka.jars_present():
+        reason = f"no Kafka jars in {reference_kafka.LIB}; run tests/fetch-jars.sh kafka"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{ADMIN[0]}" password="{ADMIN[1]}" '
+            f'user_{ADMIN[0]}="{ADMIN[1]}" user_{ALICE[0]}="{ALICE[1]}";')
+    k = reference_kafka.ReferenceKafka(tmp_path_factory.mktemp("reference-kafka-acl"), heap="512m", overrides={
+        # The listener keeps its name PLAINTEXT but speaks SASL_PLAINTEXT, brokers included.
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.plaintext.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        # The controller listener is PLAINTEXT: its peers are ANONYMOUS.
+        "super.users": "User:admin;User:ANONYMOUS",
+    })
+    try:
+        k.start()
+        kafka_seen = acl_scenario(k.bootstrap)
+    finally:
+        try:
+            k.stop()
+        finally:
+            k.kill9()
+    strata_seen = acl_scenario(acl_broker.bootstrap)
+    assert strata_seen == kafka_seen
+    assert kafka_seen["before"]["fetch pay-eu"] == TOPIC_AUTHORIZATION_FAILED
+    assert kafka_seen["after"]["fetch pay-eu"] is None
