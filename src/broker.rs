@@ -198,8 +198,15 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);
         let ready_tx = ready_tx.clone();
         stops.push(stop_tx);
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(shard % cpus))
-            .name(&format!("strata-shard-{shard}"))
+        let mut executor = LocalExecutorBuilder::new(Placement::Fixed(shard % cpus))
+            .name(&format!("strata-shard-{shard}"));
+        let stall_ms = shared.config.reactor_stall_threshold_ms;
+        if stall_ms > 0 {
+            executor = executor.detect_stalls(Some(Box::new(StallThreshold(
+                std::time::Duration::from_millis(stall_ms),
+            ))));
+        }
+        let handle = executor
             .spawn(move || async move {
                 shard_main(shard, shared, admission, builder, stop_rx, ready_tx).await
             })
@@ -464,4 +471,20 @@ fn connections_within_open_files_limit(max_connections: usize) -> usize {
         );
     }
     max_connections.min(room)
+}
+
+/// `reactor_stall_threshold_ms`: glommio's stall detector with our threshold. Its report
+/// (a WARN through the `log` bridge, with the stack of the task that kept the core) is
+/// glommio's own; only the threshold is ours.
+#[derive(Debug)]
+struct StallThreshold(std::time::Duration);
+
+impl glommio::StallDetectionHandler for StallThreshold {
+    fn threshold(
+        &self,
+        _queue: glommio::TaskQueueHandle,
+        _max_expected_runtime: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        Some(self.0)
+    }
 }

@@ -177,6 +177,10 @@ pub struct Config {
     /// Memory the broker may hold for data (tail caches, staged batches, follower fetch
     /// data, requests being read or queued), split evenly over the shards.
     pub memory_limit_bytes: usize,
+    /// Seastar's (and Redpanda's) blocked-reactor-notify-ms: a shard task that runs this long
+    /// past its time slice without yielding is logged with its stack. 0 = off (the check
+    /// arms a timer every time a task queue runs).
+    pub reactor_stall_threshold_ms: u64,
     /// Free space kept on the data directory's filesystem: below it client produce is
     /// refused (KAFKA_STORAGE_ERROR) while metadata, deletions and retention keep working.
     /// At most a tenth of the filesystem is kept (small disks).
@@ -363,6 +367,7 @@ impl Default for Config {
             log_preallocate_bytes: 64 * 1024 * 1024,
             log_tail_cache_bytes: 32 * 1024 * 1024,
             memory_limit_bytes: 512 * 1024 * 1024,
+            reactor_stall_threshold_ms: 0,
             storage_min_free_bytes: 1024 * 1024 * 1024,
             offsets_topic_num_partitions: 50,
             group_initial_rebalance_delay_ms: 3000,
