@@ -263,6 +263,10 @@ impl Error {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             Error::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            // The replica went away under the request (its topic deleted, the replica moved,
+            // the broker shutting down): retriable, the client looks for the leader again, as
+            // Kafka answers for a partition this broker no longer hosts.
+            Error::Closed => ErrorCode::NotLeaderOrFollower,
             _ => ErrorCode::KafkaStorageError,
         }
     }

@@ -220,8 +220,17 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
         },
         Err(e) => FetchResult {
             error: Some({
-                if !matches!(e, crate::storage::Error::OffsetOutOfRange { .. }) {
-                    tracing::warn!(topic = %part.tp.topic, partition = part.tp.partition, offset = part.offset, "read failed: {e}");
+                match e {
+                    crate::storage::Error::OffsetOutOfRange { .. } => {}
+                    // A long poll woken by the log's close (deletion, reassignment away,
+                    // shutdown: followers keep fetching from a stopping leader): expected,
+                    // and the answer sends the reader to the new leader.
+                    crate::storage::Error::Closed => {
+                        tracing::debug!(topic = %part.tp.topic, partition = part.tp.partition, offset = part.offset, "read of a closed log")
+                    }
+                    _ => {
+                        tracing::warn!(topic = %part.tp.topic, partition = part.tp.partition, offset = part.offset, "read failed: {e}")
+                    }
                 }
                 e.error_code()
             }),
