@@ -134,47 +134,8 @@ pub(crate) fn prepare_topic(
             &common.topic_configs,
         )
         .with_context(|| format!("creating topic {}", common.topic))?;
-    let topic = wait_until_led(&mut client, &common.topic)?;
+    let topic = client.wait_until_led(&common.topic)?;
     Ok((client, topic))
-}
-
-/// How long a new topic may take until every partition's leader serves it.
-const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Pause between readiness probes of a new topic.
-const TOPIC_READY_POLL: Duration = Duration::from_millis(100);
-
-/// Waits until every partition of a just-created topic has a leader that answers for it.
-/// Kafka answers CreateTopics before its leaders have taken over (Produce then gets
-/// NOT_LEADER_OR_FOLLOWER for a while), so metadata alone is not enough: a ListOffsets to
-/// each leader goes through the same leadership check as Produce. Without this the first
-/// seconds of a run against Kafka count as errors and the figure is not comparable.
-fn wait_until_led(client: &mut Client, name: &str) -> anyhow::Result<TopicInfo> {
-    let deadline = Instant::now() + TOPIC_READY_TIMEOUT;
-    loop {
-        let topic = client.refresh_topic(name)?;
-        let specs: Vec<(i32, OffsetSpec)> = topic
-            .partitions
-            .iter()
-            .map(|p| (p.partition, OffsetSpec::Latest))
-            .collect();
-        let led = topic.partitions.iter().all(|p| p.leader >= 0);
-        let last = if led {
-            match client.list_offsets(name, &specs) {
-                Ok(_) => return Ok(topic),
-                Err(e) => e.to_string(),
-            }
-        } else {
-            "a partition has no leader".to_owned()
-        };
-        if Instant::now() >= deadline {
-            bail!(
-                "topic {name} not served by its leaders after {:?}: {last}",
-                TOPIC_READY_TIMEOUT
-            );
-        }
-        client.invalidate_metadata();
-        std::thread::sleep(TOPIC_READY_POLL);
-    }
 }
 
 /// Partitions of `topic` grouped by leader address, with the Produce and Fetch versions to use

@@ -80,6 +80,8 @@ pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
         } => {
             let mut client = connect.connect()?;
             client.create_topic(&name, partitions, replication_factor, &config)?;
+            // The next command (produce, cluster status, ...) should find the topic served.
+            client.wait_until_led(&name)?;
             eprintln!(
                 "created topic {name} ({partitions} partition{}, replication factor {replication_factor})",
                 if partitions == 1 { "" } else { "s" }

@@ -14,9 +14,15 @@ use kafka_protocol::messages::{
     DescribeLogDirsRequest, IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use std::time::{Duration, Instant};
 
-use super::error::{check_code, Result};
-use super::{str_of, Client};
+use super::error::{check_code, ClientError, Result};
+use super::{str_of, Client, OffsetSpec, TopicInfo};
+
+/// How long a new topic may take until every partition's leader serves it.
+const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between readiness probes of a new topic.
+const TOPIC_READY_POLL: Duration = Duration::from_millis(100);
 
 /// Kafka's resource type for a topic in config APIs.
 const RESOURCE_TYPE_TOPIC: i8 = 2;
@@ -117,6 +123,45 @@ impl Client {
         }
         self.topics.remove(name);
         Ok(())
+    }
+
+    /// Waits until every partition of a just-created topic has a leader that answers for it
+    /// (at most `TOPIC_READY_TIMEOUT`). CreateTopics answers once the controller committed
+    /// the topic; the brokers learn of it, and the leaders take over, a moment later (Kafka
+    /// too: Produce gets NOT_LEADER_OR_FOLLOWER for a while), so metadata alone is not
+    /// enough: a ListOffsets to each leader goes through the same leadership check as
+    /// Produce. `strata topic create` and `strata bench` wait so that the next command
+    /// finds the topic ready.
+    pub fn wait_until_led(&mut self, name: &str) -> Result<TopicInfo> {
+        let started = Instant::now();
+        loop {
+            let last = match self.refresh_topic(name) {
+                Ok(topic) if topic.partitions.iter().all(|p| p.leader >= 0) => {
+                    let specs: Vec<(i32, OffsetSpec)> = topic
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition, OffsetSpec::Latest))
+                        .collect();
+                    match self.list_offsets(name, &specs) {
+                        Ok(_) => return Ok(topic),
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Ok(_) => "a partition has no leader".to_owned(),
+                // The broker asked may not know the topic yet.
+                Err(e @ ClientError::UnknownTopic { .. }) => e.to_string(),
+                Err(e) => return Err(e),
+            };
+            if started.elapsed() >= TOPIC_READY_TIMEOUT {
+                return Err(ClientError::NotLed {
+                    topic: name.to_owned(),
+                    waited_ms: started.elapsed().as_millis(),
+                    last,
+                });
+            }
+            self.invalidate_metadata();
+            std::thread::sleep(TOPIC_READY_POLL);
+        }
     }
 
     /// Deletes topic `name`.

@@ -91,6 +91,13 @@ pub enum ClientError {
     #[error("partition {topic}-{partition} has no leader right now")]
     NoLeader { topic: String, partition: i32 },
 
+    #[error("topic {topic} not served by its leaders after {waited_ms} ms: {last}")]
+    NotLed {
+        topic: String,
+        waited_ms: u128,
+        last: String,
+    },
+
     #[error("broker {node_id} is not in the cluster metadata")]
     UnknownBroker { node_id: i32 },
 
