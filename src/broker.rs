@@ -325,7 +325,10 @@ async fn shard_main(
     let metadata = glommio::spawn_local(crate::shard::replica::metadata_loop(ctx.clone())).detach();
     let ingest = crate::server::ingest::start(&ctx, ingest_sockets, admission.clone());
     let metrics = metrics_listener.map(|l| {
-        glommio::spawn_local(crate::server::metrics_http::accept_loop(ctx.clone(), l)).detach()
+        (
+            glommio::spawn_local(crate::server::metrics_http::accept_loop(ctx.clone(), l)).detach(),
+            glommio::spawn_local(crate::server::metrics_http::queue_probe()).detach(),
+        )
     });
     let acceptors: Vec<_> = kafka_listeners
         .into_iter()
@@ -349,8 +352,9 @@ async fn shard_main(
     for acceptor in acceptors {
         acceptor.cancel();
     }
-    if let Some(t) = metrics {
-        t.cancel();
+    if let Some((accept, probe)) = metrics {
+        accept.cancel();
+        probe.cancel();
     }
     for task in ingest {
         task.cancel();

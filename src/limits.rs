@@ -202,6 +202,22 @@ pub const PARTITION_DIR_RELEASE_WAIT_MS: u64 = 30_000;
 /// anyway, and the arrays stay fixed-size so recording is a plain index, never a map.
 pub const METRICS_API_KEYS_MAX: usize = 128;
 
+/// Kafka listeners the metrics keep per-listener counts for (connections, failed
+/// authentications). A config names a handful; a listener past this is counted only in the
+/// broker-wide totals.
+pub const METRICS_LISTENERS_MAX: usize = 16;
+
+/// Consumer-group lag series (`group`, `topic`, `partition`) one scrape renders. Lag is
+/// computed at scrape time from every committed offset this broker coordinates; past this
+/// many the rest are left out of that scrape (and counted in
+/// `strata_consumergroup_lag_series_omitted`), so a broker coordinating many groups over
+/// many partitions cannot make a scrape unbounded.
+pub const METRICS_GROUP_LAG_SERIES_MAX: usize = 10_000;
+
+/// How often each shard's task-queue probe wakes (`strata_shard_task_queue_seconds`): a
+/// timer every this many ms, whose lateness is how long a ready task waited for the shard.
+pub const METRICS_QUEUE_PROBE_INTERVAL_MS: u64 = 100;
+
 /// Connections one shard's metrics listener serves at once; more are accepted and closed.
 /// Scrapers hold one or two; the bound keeps a misbehaving client from pinning sockets.
 pub const METRICS_CONNECTIONS_PER_SHARD_MAX: usize = 16;

@@ -439,6 +439,39 @@ impl Coordinator {
         self.groups.len()
     }
 
+    /// Committed offsets as (group, topic, partition, offset), groups in name order and each
+    /// group's partitions in order, at most `max` of them (for the lag metrics); the second
+    /// value is how many more there were. The order keeps the series a bound cuts off the
+    /// same from one scrape to the next.
+    pub fn committed_offsets(&self, max: usize) -> (Vec<(String, String, i32, i64)>, usize) {
+        let mut ids: Vec<&String> = self.groups.keys().collect();
+        ids.sort();
+        let mut out = Vec::new();
+        let mut omitted = 0usize;
+        for id in ids {
+            let Some(group) = self.groups.get(id) else {
+                continue;
+            };
+            if out.len() >= max {
+                omitted = omitted.saturating_add(group.offsets.len());
+                continue;
+            }
+            let mut keys: Vec<&(String, i32)> = group.offsets.keys().collect();
+            keys.sort();
+            for key in keys {
+                let Some(c) = group.offsets.get(key) else {
+                    continue;
+                };
+                if out.len() >= max {
+                    omitted = omitted.saturating_add(1);
+                } else {
+                    out.push((id.clone(), key.0.clone(), key.1, c.value.offset));
+                }
+            }
+        }
+        (out, omitted)
+    }
+
     fn new_member_id(client_id: &str) -> String {
         format!("{client_id}-{}", uuid::Uuid::new_v4())
     }

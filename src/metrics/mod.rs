@@ -10,13 +10,16 @@
 //! server renders a `BrokerSnapshot` into text.
 //!
 //! Cardinality is bounded: series are per Kafka API (at most `METRICS_API_KEYS_MAX`), per
-//! topic and partition this broker holds, and per shard; never per client or per request.
+//! topic and partition this broker holds, per listener (at most `METRICS_LISTENERS_MAX`) and
+//! authentication mechanism (a fixed set), per shard, and per consumer group's partition (at
+//! most `METRICS_GROUP_LAG_SERIES_MAX` a scrape); never per client or per request.
 pub mod process;
 pub mod registry;
 pub mod render;
 
 pub use registry::{
-    with, HistogramSnapshot, PartitionTraffic, ShardMetrics, LATENCY_BOUNDS_US, LATENCY_BUCKETS,
+    with, HistogramSnapshot, PartitionTraffic, ShardMetrics, AUTH_MECHANISM_LABELS,
+    LATENCY_BOUNDS_US, LATENCY_BUCKETS,
 };
 
 /// What one shard reports to a scrape: its registry's counts and its partitions' state.
@@ -25,9 +28,6 @@ pub struct ShardSnapshot {
     pub shard: usize,
     /// Per Kafka API key seen on this shard (only keys with at least one request).
     pub apis: Vec<ApiSnapshot>,
-    pub connections_open: u64,
-    pub connections_accepted: u64,
-    pub connections_refused: u64,
     pub fsync: HistogramSnapshot,
     pub cleaner_bytes_read: u64,
     pub cleaner_bytes_written: u64,
@@ -40,6 +40,34 @@ pub struct ShardSnapshot {
     pub memory_used_bytes: u64,
     pub memory_limit_bytes: u64,
     pub partitions: Vec<PartitionSnapshot>,
+    /// Per Kafka listener: connections and failed authentications on this shard.
+    pub listeners: Vec<ListenerSnapshot>,
+    /// How late the shard's probe timer ran (time a ready task waited for the shard).
+    pub task_queue: HistogramSnapshot,
+    /// Offsets committed by the consumer groups this shard coordinates (at most
+    /// `METRICS_GROUP_LAG_SERIES_MAX`; `group_offsets_omitted` more were left out).
+    pub group_offsets: Vec<GroupOffsetSnapshot>,
+    pub group_offsets_omitted: u64,
+}
+
+/// One listener's connections and failed authentications on one shard.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListenerSnapshot {
+    pub listener: String,
+    pub open: u64,
+    pub accepted: u64,
+    pub refused: u64,
+    /// (mechanism label, failures), one per `AUTH_MECHANISM_LABELS`.
+    pub auth_failures: Vec<(&'static str, u64)>,
+}
+
+/// An offset a consumer group committed for one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupOffsetSnapshot {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
 }
 
 /// One Kafka API's counts on one shard.
@@ -85,6 +113,8 @@ pub struct BrokerSnapshot {
     pub disk: DiskSnapshot,
     /// `None` when `/proc/self` could not be read.
     pub process: Option<process::ProcessSnapshot>,
+    /// Partitions of the cluster with no leader, as this broker's metadata sees them.
+    pub offline_partitions: u64,
 }
 
 /// What a request to the metrics listener asks for.

@@ -4,11 +4,12 @@
 //! into it wherever they are (a connection, the flusher, the cleaner) without a context
 //! passed down, and the shard's answer to a scrape reads it. Recording is an index and an
 //! add: no atomic, no lock, no map, no allocation. Counters wrap rather than panic (they
-//! would need 2^64 events). Traffic per partition lives with the partition
+//! would need 2^64 events). Per-listener counts (connections, failed authentications) are
+//! the exception: a short list found by name, for events that are not per request. Traffic per partition lives with the partition
 //! (`PartitionTraffic`), so it needs no lookup either and goes when the partition does.
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
-use crate::limits::METRICS_API_KEYS_MAX;
+use crate::limits::{METRICS_API_KEYS_MAX, METRICS_LISTENERS_MAX};
 
 /// Upper bounds of the latency buckets, in microseconds (rendered in seconds): 100 µs to
 /// 10 s, roughly 1-2.5-5 per decade, as Prometheus client libraries' defaults; a last
@@ -102,14 +103,43 @@ impl ApiCounters {
 /// One shard's registry.
 pub struct ShardMetrics {
     apis: [ApiCounters; METRICS_API_KEYS_MAX],
-    connections_accepted: Cell<u64>,
-    connections_refused: Cell<u64>,
     fsync: Histogram,
     cleaner_bytes_read: Cell<u64>,
     cleaner_bytes_written: Cell<u64>,
     isr_shrinks: Cell<u64>,
     isr_expands: Cell<u64>,
+    /// Per Kafka listener (at most `METRICS_LISTENERS_MAX`, named by `listeners`): its
+    /// connections and failed authentications. A short list searched by name: connections
+    /// and authentications are not per-request events.
+    listeners: RefCell<Vec<ListenerCounters>>,
+    /// How late the shard's probe timer fired: how long a task that became ready waited for
+    /// the shard's CPU (see `server::metrics_http::queue_probe`).
+    task_queue: Histogram,
 }
+
+/// One listener's counts on one shard.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ListenerCounters {
+    name: String,
+    open: u64,
+    accepted: u64,
+    refused: u64,
+    /// Per mechanism label (`AUTH_MECHANISM_LABELS`), failed authentications.
+    auth_failures: [u64; AUTH_MECHANISM_LABELS.len()],
+}
+
+/// The `mechanism` label values of failed authentications: the SASL mechanisms, `SSL` for
+/// a TLS handshake or client certificate that failed, and `none` for a SASL exchange that
+/// failed before a mechanism was chosen (an unsupported mechanism, a request before
+/// authenticating). A fixed set: the client never chooses a label value.
+pub const AUTH_MECHANISM_LABELS: [&str; 6] = [
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    "OAUTHBEARER",
+    "SSL",
+    "none",
+];
 
 thread_local! {
     static SHARD: ShardMetrics = const { ShardMetrics::new() };
@@ -124,13 +154,30 @@ impl ShardMetrics {
     pub const fn new() -> Self {
         Self {
             apis: [const { ApiCounters::new() }; METRICS_API_KEYS_MAX],
-            connections_accepted: Cell::new(0),
-            connections_refused: Cell::new(0),
             fsync: Histogram::new(),
             cleaner_bytes_read: Cell::new(0),
             cleaner_bytes_written: Cell::new(0),
             isr_shrinks: Cell::new(0),
             isr_expands: Cell::new(0),
+            listeners: RefCell::new(Vec::new()),
+            task_queue: Histogram::new(),
+        }
+    }
+
+    /// Runs `f` on the counters of `listener`, created at first use; past
+    /// `METRICS_LISTENERS_MAX` listeners (more than a config can name in practice) the
+    /// event is not counted rather than growing the list.
+    fn on_listener(&self, listener: &str, f: impl FnOnce(&mut ListenerCounters)) {
+        let mut all = self.listeners.borrow_mut();
+        if let Some(l) = all.iter_mut().find(|l| l.name == listener) {
+            f(l);
+        } else if all.len() < METRICS_LISTENERS_MAX {
+            let mut l = ListenerCounters {
+                name: listener.to_string(),
+                ..Default::default()
+            };
+            f(&mut l);
+            all.push(l);
         }
     }
 
@@ -158,12 +205,39 @@ impl ShardMetrics {
         }
     }
 
-    pub fn connection_accepted(&self) {
-        add(&self.connections_accepted, 1);
+    /// A connection was accepted on `listener` and is open until `connection_closed`.
+    pub fn connection_accepted(&self, listener: &str) {
+        self.on_listener(listener, |l| {
+            l.accepted = l.accepted.wrapping_add(1);
+            l.open = l.open.wrapping_add(1);
+        });
     }
 
-    pub fn connection_refused(&self) {
-        add(&self.connections_refused, 1);
+    pub fn connection_closed(&self, listener: &str) {
+        self.on_listener(listener, |l| l.open = l.open.saturating_sub(1));
+    }
+
+    pub fn connection_refused(&self, listener: &str) {
+        self.on_listener(listener, |l| l.refused = l.refused.wrapping_add(1));
+    }
+
+    /// An authentication failed on `listener`; `mechanism` is one of
+    /// `AUTH_MECHANISM_LABELS` (anything else is counted as `none`).
+    pub fn authentication_failed(&self, listener: &str, mechanism: &str) {
+        let i = AUTH_MECHANISM_LABELS
+            .iter()
+            .position(|m| *m == mechanism)
+            .unwrap_or(AUTH_MECHANISM_LABELS.len() - 1);
+        self.on_listener(listener, |l| {
+            if let Some(c) = l.auth_failures.get_mut(i) {
+                *c = c.wrapping_add(1);
+            }
+        });
+    }
+
+    /// A task that became ready at some moment ran `us` later.
+    pub fn task_queue_us(&self, us: u64) {
+        self.task_queue.observe_us(us);
     }
 
     pub fn fsync_us(&self, us: u64) {
@@ -200,13 +274,28 @@ impl ShardMetrics {
                 })
             })
             .collect();
-        into.connections_accepted = self.connections_accepted.get();
-        into.connections_refused = self.connections_refused.get();
         into.fsync = self.fsync.snapshot();
         into.cleaner_bytes_read = self.cleaner_bytes_read.get();
         into.cleaner_bytes_written = self.cleaner_bytes_written.get();
         into.isr_shrinks = self.isr_shrinks.get();
         into.isr_expands = self.isr_expands.get();
+        into.task_queue = self.task_queue.snapshot();
+        into.listeners = self
+            .listeners
+            .borrow()
+            .iter()
+            .map(|l| super::ListenerSnapshot {
+                listener: l.name.clone(),
+                open: l.open,
+                accepted: l.accepted,
+                refused: l.refused,
+                auth_failures: AUTH_MECHANISM_LABELS
+                    .iter()
+                    .zip(l.auth_failures)
+                    .map(|(m, n)| (*m, n))
+                    .collect(),
+            })
+            .collect();
     }
 }
 
@@ -252,6 +341,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn listeners_count_connections_and_failures_by_mechanism() {
+        // Proves per-listener open/accepted/refused, failures per mechanism label, unknown
+        // labels counted as `none`, and the listener bound.
+        let m = ShardMetrics::new();
+        m.connection_accepted("A");
+        m.connection_accepted("A");
+        m.connection_closed("A");
+        m.connection_refused("B");
+        m.authentication_failed("A", "SCRAM-SHA-512");
+        m.authentication_failed("A", "made-up");
+        for i in 0..METRICS_LISTENERS_MAX + 3 {
+            m.connection_accepted(&format!("X{i}"));
+        }
+        let mut s = crate::metrics::ShardSnapshot::default();
+        m.snapshot_into(&mut s);
+        assert_eq!(s.listeners.len(), METRICS_LISTENERS_MAX);
+        let a = &s.listeners[0];
+        assert_eq!(
+            (a.listener.as_str(), a.open, a.accepted, a.refused),
+            ("A", 1, 2, 0)
+        );
+        let failed: Vec<_> = a.auth_failures.iter().filter(|f| f.1 > 0).collect();
+        assert_eq!(failed, [&("SCRAM-SHA-512", 1), &("none", 1)]);
+        assert_eq!((s.listeners[1].refused, s.listeners[1].open), (1, 0));
+    }
+
+    #[test]
     fn observations_land_in_the_first_bucket_whose_bound_holds_them() {
         // Proves the bucket choice at, below and above bounds (le is inclusive) and +Inf.
         let h = Histogram::new();
@@ -294,17 +410,20 @@ mod tests {
     #[test]
     fn the_thread_local_registry_is_per_thread() {
         // Proves two threads (two shards) do not see each other's counts.
-        with(|m| m.connection_accepted());
+        with(|m| m.connection_accepted("L"));
         let other = std::thread::spawn(|| {
             let mut s = crate::metrics::ShardSnapshot::default();
             with(|m| m.snapshot_into(&mut s));
-            s.connections_accepted
+            s.listeners.len()
         })
         .join()
-        .unwrap_or(u64::MAX);
+        .unwrap_or(usize::MAX);
         assert_eq!(other, 0);
         let mut s = crate::metrics::ShardSnapshot::default();
         with(|m| m.snapshot_into(&mut s));
-        assert!(s.connections_accepted >= 1);
+        assert!(s
+            .listeners
+            .iter()
+            .any(|l| l.listener == "L" && l.accepted >= 1));
     }
 }

@@ -82,29 +82,67 @@ fn connections(out: &mut Out, b: &BrokerSnapshot) {
     out.family(
         "strata_connections_open",
         "gauge",
-        "Kafka client connections open, by shard.",
+        "Kafka client connections open, by listener and shard.",
     );
     for s in &b.shards {
         let shard = s.shard.to_string();
+        for l in &s.listeners {
+            out.sample(
+                "strata_connections_open",
+                &[("listener", l.listener.as_str()), ("shard", shard.as_str())],
+                l.open,
+            );
+        }
+    }
+    // Per listener over all shards: (accepted, refused, failures per mechanism).
+    let mut listeners: BTreeMap<&str, (u64, u64, BTreeMap<&str, u64>)> = BTreeMap::new();
+    for l in b.shards.iter().flat_map(|s| &s.listeners) {
+        let e = listeners.entry(l.listener.as_str()).or_default();
+        e.0 = e.0.wrapping_add(l.accepted);
+        e.1 = e.1.wrapping_add(l.refused);
+        for (mechanism, n) in &l.auth_failures {
+            let f = e.2.entry(*mechanism).or_default();
+            *f = f.wrapping_add(*n);
+        }
+    }
+    out.family(
+        "strata_connections_accepted_total",
+        "counter",
+        "Kafka client connections accepted, by listener.",
+    );
+    for (listener, (accepted, _, _)) in &listeners {
         out.sample(
-            "strata_connections_open",
-            &[("shard", shard.as_str())],
-            s.connections_open,
+            "strata_connections_accepted_total",
+            &[("listener", *listener)],
+            accepted,
         );
     }
-    let sum = |f: fn(&super::ShardSnapshot) -> u64| {
-        b.shards.iter().fold(0u64, |a, s| a.wrapping_add(f(s)))
-    };
-    out.counter(
-        "strata_connections_accepted_total",
-        "Kafka client connections accepted.",
-        sum(|s| s.connections_accepted),
-    );
-    out.counter(
+    out.family(
         "strata_connections_refused_total",
-        "Kafka client connections refused by max_connections or max_connections_per_ip.",
-        sum(|s| s.connections_refused),
+        "counter",
+        "Kafka client connections refused by max_connections or max_connections_per_ip, by listener.",
     );
+    for (listener, (_, refused, _)) in &listeners {
+        out.sample(
+            "strata_connections_refused_total",
+            &[("listener", *listener)],
+            refused,
+        );
+    }
+    out.family(
+        "strata_authentication_failures_total",
+        "counter",
+        "Failed authentications, by listener and mechanism: SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; none: failed before a mechanism was chosen) and SSL (TLS handshake or client certificate).",
+    );
+    for (listener, (_, _, failures)) in &listeners {
+        for (mechanism, n) in failures {
+            out.sample(
+                "strata_authentication_failures_total",
+                &[("listener", *listener), ("mechanism", *mechanism)],
+                n,
+            );
+        }
+    }
 }
 
 fn topics(out: &mut Out, b: &BrokerSnapshot) {
@@ -215,9 +253,66 @@ fn replication(out: &mut Out, b: &BrokerSnapshot) {
         sum(|s| s.isr_expands),
     );
     out.gauge(
+        "strata_offline_partitions",
+        "Partitions of the cluster with no leader, as this broker's metadata sees them (every broker reports the cluster's count: aggregate with max, not sum).",
+        b.offline_partitions,
+    );
+    out.gauge(
         "strata_consumer_groups",
         "Consumer groups this broker coordinates.",
         sum(|s| s.consumer_groups),
+    );
+    lag(out, b);
+}
+
+/// Consumer-group lag per partition, computed now: the high watermark of the partition's
+/// replica on this broker minus the offset the group committed, for the groups this broker
+/// coordinates. A partition with no replica here has no high watermark to compare with and
+/// is left out; at most `METRICS_GROUP_LAG_SERIES_MAX` series, the rest counted as omitted.
+fn lag(out: &mut Out, b: &BrokerSnapshot) {
+    let hw: std::collections::HashMap<(&str, i32), i64> = b
+        .shards
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let mut omitted = b
+        .shards
+        .iter()
+        .fold(0u64, |a, s| a.wrapping_add(s.group_offsets_omitted));
+    let mut rows: Vec<&super::GroupOffsetSnapshot> =
+        b.shards.iter().flat_map(|s| &s.group_offsets).collect();
+    rows.sort_by(|x, y| (&x.group, &x.topic, x.partition).cmp(&(&y.group, &y.topic, y.partition)));
+    out.family(
+        "strata_consumergroup_lag",
+        "gauge",
+        "Records a consumer group has yet to consume: the partition's high watermark on this broker minus the group's committed offset, for groups this broker coordinates and partitions it holds a replica of (Kafka exporters' kafka_consumergroup_lag).",
+    );
+    let mut rendered = 0usize;
+    for r in rows {
+        let Some(high_watermark) = hw.get(&(r.topic.as_str(), r.partition)) else {
+            continue;
+        };
+        if rendered >= crate::limits::METRICS_GROUP_LAG_SERIES_MAX {
+            omitted = omitted.wrapping_add(1);
+            continue;
+        }
+        rendered += 1;
+        let partition = r.partition.to_string();
+        out.sample(
+            "strata_consumergroup_lag",
+            &[
+                ("group", r.group.as_str()),
+                ("topic", r.topic.as_str()),
+                ("partition", partition.as_str()),
+            ],
+            high_watermark.saturating_sub(r.committed).max(0),
+        );
+    }
+    out.gauge(
+        "strata_consumergroup_lag_series_omitted",
+        "Committed offsets left out of strata_consumergroup_lag by its bound on series per scrape (METRICS_GROUP_LAG_SERIES_MAX).",
+        omitted,
     );
 }
 
@@ -263,6 +358,19 @@ fn storage(out: &mut Out, b: &BrokerSnapshot) {
 }
 
 fn memory(out: &mut Out, b: &BrokerSnapshot) {
+    out.family(
+        "strata_shard_task_queue_seconds",
+        "histogram",
+        "How long a task that became ready waited for its shard, by shard: the lateness of a probe timer every 100 ms (a shard busy between yields delays every ready task as much).",
+    );
+    for s in &b.shards {
+        let shard = s.shard.to_string();
+        out.histogram(
+            "strata_shard_task_queue_seconds",
+            &[("shard", shard.as_str())],
+            &s.task_queue,
+        );
+    }
     out.family(
         "strata_memory_used_bytes",
         "gauge",
@@ -400,7 +508,9 @@ fn escape_label_into(out: &mut String, v: &str) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
-    use crate::metrics::{ApiSnapshot, PartitionSnapshot, ShardSnapshot};
+    use crate::metrics::{
+        ApiSnapshot, GroupOffsetSnapshot, ListenerSnapshot, PartitionSnapshot, ShardSnapshot,
+    };
     use std::collections::{HashMap, HashSet};
 
     fn broker() -> BrokerSnapshot {
@@ -432,8 +542,21 @@ mod tests {
                         errors: 1,
                         latency: h,
                     }],
-                    connections_open: 2,
+                    listeners: vec![ListenerSnapshot {
+                        listener: "SASL".into(),
+                        open: 2,
+                        accepted: 5,
+                        refused: 1,
+                        auth_failures: vec![("PLAIN", 0), ("SCRAM-SHA-512", 3)],
+                    }],
                     partitions: vec![part("t\"x\\y\nz", 0, 100), part("a", 1, 5)],
+                    group_offsets: vec![
+                        offset("g", "a", 0, 4),
+                        offset("g", "a", 1, 10),
+                        offset("g", "elsewhere", 0, 1),
+                    ],
+                    group_offsets_omitted: 2,
+                    task_queue: h,
                     ..Default::default()
                 },
                 ShardSnapshot {
@@ -451,7 +574,15 @@ mod tests {
                             ..Default::default()
                         },
                     ],
+                    listeners: vec![ListenerSnapshot {
+                        listener: "SASL".into(),
+                        open: 1,
+                        accepted: 1,
+                        refused: 0,
+                        auth_failures: vec![("PLAIN", 0), ("SCRAM-SHA-512", 1)],
+                    }],
                     partitions: vec![part("a", 0, 50)],
+                    group_offsets: vec![offset("h", "a", 0, 12)],
                     ..Default::default()
                 },
             ],
@@ -460,6 +591,16 @@ mod tests {
                 cpu_seconds: 1.5,
                 resident_memory_bytes: 1 << 20,
             }),
+            offline_partitions: 3,
+        }
+    }
+
+    fn offset(group: &str, topic: &str, partition: i32, committed: i64) -> GroupOffsetSnapshot {
+        GroupOffsetSnapshot {
+            group: group.into(),
+            topic: topic.into(),
+            partition,
+            committed,
         }
     }
 
@@ -581,10 +722,53 @@ mod tests {
         );
         assert_eq!(s["strata_under_replicated_partitions"], 1.0);
         assert_eq!(s["strata_leader_partitions"], 3.0);
-        assert_eq!(s["strata_connections_open{shard=\"0\"}"], 2.0);
+        assert_eq!(
+            s["strata_connections_open{listener=\"SASL\",shard=\"0\"}"],
+            2.0
+        );
+        assert_eq!(
+            s["strata_connections_accepted_total{listener=\"SASL\"}"],
+            6.0
+        );
+        assert_eq!(
+            s["strata_connections_refused_total{listener=\"SASL\"}"],
+            1.0
+        );
+        let failures = "strata_authentication_failures_total{listener=\"SASL\",mechanism=";
+        assert_eq!(s[&format!("{failures}\"SCRAM-SHA-512\"}}")], 4.0);
+        assert_eq!(s[&format!("{failures}\"PLAIN\"}}")], 0.0);
+        // Lag: high watermark 10 minus the committed offset; a committed offset past the
+        // high watermark is lag 0; a partition not held here has no series.
+        let lag = "strata_consumergroup_lag{group=";
+        assert_eq!(s[&format!("{lag}\"g\",topic=\"a\",partition=\"0\"}}")], 6.0);
+        assert_eq!(s[&format!("{lag}\"g\",topic=\"a\",partition=\"1\"}}")], 0.0);
+        assert_eq!(s[&format!("{lag}\"h\",topic=\"a\",partition=\"0\"}}")], 0.0);
+        assert!(!text.contains("elsewhere"));
+        assert_eq!(s["strata_consumergroup_lag_series_omitted"], 2.0);
+        assert_eq!(s["strata_offline_partitions"], 3.0);
+        assert_eq!(s["strata_shard_task_queue_seconds_count{shard=\"0\"}"], 3.0);
         assert_eq!(s["process_cpu_seconds_total"], 1.5);
         assert_eq!(s["strata_fsync_latency_seconds_count"], 0.0);
         assert!(text.contains("# TYPE strata_request_latency_seconds histogram\n"));
+    }
+
+    #[test]
+    fn lag_series_are_bounded() {
+        // Proves a scrape renders at most METRICS_GROUP_LAG_SERIES_MAX lag series and
+        // counts the rest (plus what the shards already left out) as omitted.
+        let max = crate::limits::METRICS_GROUP_LAG_SERIES_MAX;
+        let mut b = broker();
+        b.shards[1].group_offsets = (0..max + 5)
+            .map(|i| offset(&format!("g{i:06}"), "a", 0, 1))
+            .collect();
+        let s = parse_strict(&render(&b));
+        let lags = s
+            .keys()
+            .filter(|k| k.starts_with("strata_consumergroup_lag{"))
+            .count();
+        assert_eq!(lags, max);
+        // 3 from shard 0 (2 held here) + max + 5: 7 past the bound, plus shard 0's 2.
+        assert_eq!(s["strata_consumergroup_lag_series_omitted"], 9.0);
     }
 
     #[test]

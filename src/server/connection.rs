@@ -213,6 +213,8 @@ where
                 .get(..2)
                 .and_then(|b| <[u8; 2]>::try_from(b).ok())
                 .map_or(-1, i16::from_be_bytes);
+            // The exchange's mechanism before this frame moves it, for the metrics.
+            let mechanism = sasl.mechanism().or(sasl.pending_mechanism());
             let (pending, next) = if sasl.expects_raw_token() {
                 // After a v0 SaslHandshake the frame is a bare SASL token, not a request.
                 dispatch::sasl_raw_token(ctx, &mut sasl, &frame, &peer)
@@ -226,7 +228,10 @@ where
                     // Unauthenticated (or expired) on a SASL listener: closed unserved,
                     // as Kafka does.
                     if let Err(refusal) = sasl.admit(api, arrived) {
-                        crate::metrics::with(|m| m.request_refused(api_key));
+                        crate::metrics::with(|m| {
+                            m.request_refused(api_key);
+                            m.authentication_failed(&session.listener, mechanism_label(mechanism));
+                        });
                         debug!(%peer, "closing connection: {refusal}");
                         return Err(refusal.into());
                     }
@@ -266,6 +271,8 @@ where
             }
             if next == dispatch::SaslNext::Close {
                 // Authentication failed: the writer sends the answer, then closes.
+                let label = mechanism_label(mechanism);
+                crate::metrics::with(|m| m.authentication_failed(&session.listener, label));
                 return Ok(());
             }
         }
@@ -283,6 +290,12 @@ where
         Either::Right((written, _reading)) => written?,
     }
     Ok(())
+}
+
+/// A SASL mechanism as the failed-authentication metric labels it (`none`: no mechanism
+/// was chosen yet).
+fn mechanism_label(m: Option<crate::security::sasl::Mechanism>) -> &'static str {
+    m.map_or("none", |m| m.name())
 }
 
 /// Reads one whole frame (without its size prefix), with the budget bytes it holds.

@@ -64,14 +64,15 @@ pub async fn accept_loop(
                     Ok(slot) => slot,
                     Err(refusal) => {
                         drop(stream);
-                        crate::metrics::with(|m| m.connection_refused());
+                        crate::metrics::with(|m| m.connection_refused(&endpoint.name));
                         refusals.note(ctx.id, &refusal);
                         continue;
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                crate::metrics::with(|m| m.connection_accepted());
+                crate::metrics::with(|m| m.connection_accepted(&endpoint.name));
                 let ctx = ctx.clone();
+                let listener_name = endpoint.name.clone();
                 ctx.connections.set(ctx.connections.get() + 1);
                 let session =
                     Session::new(&endpoint.name, endpoint.security_protocol, peer.to_string());
@@ -88,6 +89,7 @@ pub async fn accept_loop(
                         debug!(shard = ctx.id, "connection closed: {e}");
                     }
                     drop(slot);
+                    crate::metrics::with(|m| m.connection_closed(&listener_name));
                     ctx.connections.set(ctx.connections.get() - 1);
                     ctx.connections_changed.notify_all();
                 })

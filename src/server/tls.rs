@@ -199,9 +199,11 @@ pub async fn serve(
                 "closing connection: {}",
                 describe_handshake_error(&e)
             );
+            tls_failed(&session);
             return Ok(());
         }
         None => {
+            tls_failed(&session);
             warn!(
                 peer = %session.peer,
                 listener = %session.listener,
@@ -218,11 +220,19 @@ pub async fn serve(
             }
             Err(e) => {
                 warn!(peer = %session.peer, listener = %session.listener, "closing connection: {e}");
+                tls_failed(&session);
                 return Ok(());
             }
         }
     }
     connection::serve_tls(ctx, stream, session).await
+}
+
+/// Counts a failed TLS handshake or an unusable client certificate as a failed
+/// authentication of the listener (Kafka counts SSL handshake failures in its
+/// failed-authentication metric), under the mechanism label `SSL`.
+fn tls_failed(session: &Session) {
+    crate::metrics::with(|m| m.authentication_failed(&session.listener, "SSL"));
 }
 
 /// A handshake failure in words: a client that sent no TLS at all is most likely a Kafka

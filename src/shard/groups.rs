@@ -167,6 +167,12 @@ impl GroupShard {
         self.coordinator.borrow().group_count()
     }
 
+    /// Offsets committed to this shard's coordinator, at most `max`, and how many more
+    /// there were (for the lag metrics).
+    pub fn committed_offsets(&self, max: usize) -> (Vec<(String, String, i32, i64)>, usize) {
+        self.coordinator.borrow().committed_offsets(max)
+    }
+
     /// Registers a deferred answer; `None` if too many are pending.
     fn register(&self) -> Option<(RequestId, oneshot::Receiver<GroupReply>)> {
         let mut waiters = self.waiters.borrow_mut();

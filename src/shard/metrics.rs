@@ -1,7 +1,8 @@
 //! A shard's answer to a scrape: its registry (`crate::metrics::with`, this thread's) and
 //! the state of its partitions, replicas, groups and memory budget, read at once without
 //! awaiting, so one snapshot describes one moment of the shard.
-use crate::metrics::{PartitionSnapshot, ShardSnapshot};
+use crate::limits::METRICS_GROUP_LAG_SERIES_MAX;
+use crate::metrics::{GroupOffsetSnapshot, PartitionSnapshot, ShardSnapshot};
 use crate::storage::DiskSpace;
 
 use super::{ShardCtx, TopicPartition};
@@ -10,7 +11,6 @@ use super::{ShardCtx, TopicPartition};
 pub fn snapshot(ctx: &ShardCtx) -> ShardSnapshot {
     let mut s = ShardSnapshot {
         shard: ctx.id,
-        connections_open: ctx.connections.get() as u64,
         consumer_groups: ctx.groups.group_count() as u64,
         offline_replicas: ctx.replicas.offline_count() as u64,
         memory_used_bytes: ctx.budget.used() as u64,
@@ -18,6 +18,18 @@ pub fn snapshot(ctx: &ShardCtx) -> ShardSnapshot {
         ..Default::default()
     };
     crate::metrics::with(|m| m.snapshot_into(&mut s));
+    // Each shard sends at most the scrape's bound; the render applies it again over all.
+    let (offsets, omitted) = ctx.groups.committed_offsets(METRICS_GROUP_LAG_SERIES_MAX);
+    s.group_offsets = offsets
+        .into_iter()
+        .map(|(group, topic, partition, committed)| GroupOffsetSnapshot {
+            group,
+            topic,
+            partition,
+            committed,
+        })
+        .collect();
+    s.group_offsets_omitted = omitted as u64;
     let mut partitions = ctx.all_partitions();
     partitions.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     s.partitions = partitions
@@ -42,6 +54,17 @@ pub fn snapshot(ctx: &ShardCtx) -> ShardSnapshot {
         })
         .collect();
     s
+}
+
+/// Partitions of the cluster with no leader, as this broker's metadata has them (Kafka's
+/// OfflinePartitionsCount, which its controller reports).
+pub fn offline_partitions(catalog: &crate::cluster::catalog::Catalog) -> u64 {
+    catalog
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .filter(|p| p.leader < 0)
+        .count() as u64
 }
 
 /// The data directory's space, as the shards last measured it.

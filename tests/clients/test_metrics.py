@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+import kproto
 from common import create_topic
 from harness import free_port
 
@@ -145,6 +146,77 @@ def metered(broker_factory, monkeypatch):
     return broker_factory(), port
 
 
+SASL_USER = ("admin", "secret")
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
+SASL_AUTHENTICATION_FAILED = 58
+CONSUMED = 70  # of RECORDS, by the group of the lag workload
+
+
+@pytest.fixture
+def metered_sasl(broker_factory, monkeypatch):
+    """A broker with two listeners, PLAINTEXT (the workload) and SASL_PLAINTEXT (PLAIN and
+    SCRAM-SHA-512 enabled), and its metrics listener: (broker, metrics port, SASL address)."""
+    port, sasl_port, metrics_port = free_port(), free_port(), free_port()
+    monkeypatch.setenv("STRATA_METRICS_LISTEN", f"127.0.0.1:{metrics_port}")
+    monkeypatch.setenv("STRATA_SASL_PLAIN_USERS", f"{SASL_USER[0]}:{SASL_USER[1]}")
+    monkeypatch.setenv("STRATA_SASL_ENABLED_MECHANISMS", "SCRAM-SHA-512,PLAIN")
+    b = broker_factory(port=port, extra_args=[
+        "--listeners", f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"])
+    return b, metrics_port, f"127.0.0.1:{sasl_port}"
+
+
+def wrong_plain_password(sasl_bootstrap: str) -> None:
+    """One PLAIN login with a wrong password, on the wire: answered
+    SASL_AUTHENTICATION_FAILED, then the connection closes. Exactly one failed attempt (a
+    client library would reconnect and try again)."""
+    with kproto.connect(sasl_bootstrap) as s:
+        s.sendall(kproto.request(API_SASL_HANDSHAKE, 1, 1, kproto.kstring("PLAIN")))
+        _, body = kproto.recv_response(s)
+        assert body[:2] == b"\0\0", body
+        token = b"\0" + SASL_USER[0].encode() + b"\0wrong"
+        s.sendall(kproto.request(API_SASL_AUTHENTICATE, 1, 2, len(token).to_bytes(4, "big") + token))
+        _, body = kproto.recv_response(s)
+        assert int.from_bytes(body[:2], "big", signed=True) == SASL_AUTHENTICATION_FAILED
+        with pytest.raises((kproto.ProtocolError, OSError)):
+            kproto.recv_response(s)
+
+
+def consume_part(bootstrap: str, topic: str, group: str, n: int) -> dict[int, int]:
+    """A group consumer reads `n` records and commits, for every partition of the topic, the
+    offset after the last record it read there (0 where it read none, so every partition has
+    a committed offset); returns those offsets."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    after = {p: 0 for p in range(PARTITIONS)}
+    try:
+        c.subscribe([topic])
+        got, deadline = 0, time.monotonic() + 60
+        while got < n and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            assert not msg.error(), msg.error()
+            after[msg.partition()] = msg.offset() + 1
+            got += 1
+        assert got == n, after
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in after.items()], asynchronous=False)
+    finally:
+        c.close()
+    return after
+
+
+def sasl_and_lag_workload(b, sasl_bootstrap: str) -> dict[int, int]:
+    """Produces RECORDS over PARTITIONS partitions, lets group `lagging` consume CONSUMED of
+    them, fails one PLAIN login on the SASL listener. Returns the expected lag per partition."""
+    create_topic(b.bootstrap, TOPIC, PARTITIONS)
+    produce(b.bootstrap, TOPIC)
+    committed = consume_part(b.bootstrap, TOPIC, "lagging", CONSUMED)
+    assert sum(committed.values()) == CONSUMED
+    wrong_plain_password(sasl_bootstrap)
+    return {p: RECORDS // PARTITIONS - committed[p] for p in range(PARTITIONS)}
+
+
 def produce(bootstrap: str, topic: str, start: int = 0) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     errors = []
@@ -206,14 +278,51 @@ def test_counters_move_by_the_workload(metered):
     assert value(after, "strata_consumer_groups") >= 1
     assert value(after, "strata_under_replicated_partitions") == 0
     assert value(after, "strata_leader_partitions") >= PARTITIONS
-    assert value(after, "strata_connections_accepted_total") >= 2
-    assert sum(value(after, "strata_connections_open", shard=str(s)) for s in range(2)) >= 0
+    assert value(after, "strata_connections_accepted_total", listener="PLAINTEXT") >= 2
+    assert all(dict(k[1])["listener"] == "PLAINTEXT" and v >= 0
+               for k, v in after.items() if k[0] == "strata_connections_open")
+    # The consumer committed everything it read: no lag left.
+    for p in map(str, range(PARTITIONS)):
+        assert value(after, "strata_consumergroup_lag", group="metrics-group", topic=TOPIC, partition=p) == 0
+    assert value(after, "strata_offline_partitions") == 0
+    assert sum(value(after, "strata_shard_task_queue_seconds_count", shard=str(s)) for s in range(2)) > 0
     assert {dict(k[1]).get("shard") for k in after if k[0] == "strata_memory_limit_bytes"} == {"0", "1"}
     assert value(after, "strata_storage_free_bytes") > 0
     assert value(after, "strata_storage_reserve_bytes") > 0
     assert value(after, "process_resident_memory_bytes") > 1 << 20
     assert value(after, "process_cpu_seconds_total") > 0
     assert "# TYPE strata_request_latency_seconds histogram" in text
+
+
+def test_authentication_failures_connections_and_lag(metered_sasl):
+    """After one wrong PLAIN password on the SASL listener and a group that read CONSUMED of
+    RECORDS: failures are 1 for (SASL_PLAINTEXT, PLAIN) and 0 elsewhere, connections are
+    counted per listener, and the group's lag per partition is produced minus consumed. A
+    SCRAM-SHA-512 login with a wrong password by librdkafka counts under its mechanism."""
+    b, port, sasl_bootstrap = metered_sasl
+    lag = sasl_and_lag_workload(b, sasl_bootstrap)
+    s, _ = scrape(port)
+    assert value(s, "strata_authentication_failures_total", listener="SASL_PLAINTEXT", mechanism="PLAIN") == 1
+    failures = {dict(k[1])["listener"] + "/" + dict(k[1])["mechanism"]: v
+                for k, v in s.items() if k[0] == "strata_authentication_failures_total" and v}
+    assert failures == {"SASL_PLAINTEXT/PLAIN": 1}, failures
+    assert value(s, "strata_connections_accepted_total", listener="SASL_PLAINTEXT") == 1
+    assert value(s, "strata_connections_accepted_total", listener="PLAINTEXT") >= 2
+    assert sum(v for k, v in s.items()
+               if k[0] == "strata_connections_open" and dict(k[1])["listener"] == "SASL_PLAINTEXT") == 0
+    for p, expected in lag.items():
+        assert value(s, "strata_consumergroup_lag", group="lagging", topic=TOPIC, partition=str(p)) == expected
+    assert sum(lag.values()) == RECORDS - CONSUMED
+
+    c = Consumer({"bootstrap.servers": sasl_bootstrap, "group.id": "g", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "nobody", "sasl.password": "wrong"})
+    with pytest.raises(Exception):
+        c.list_topics(timeout=3)
+    c.close()
+    s, _ = scrape(port)
+    assert value(s, "strata_authentication_failures_total", listener="SASL_PLAINTEXT",
+                 mechanism="SCRAM-SHA-512") >= 1
+    assert value(s, "strata_authentication_failures_total", listener="SASL_PLAINTEXT", mechanism="PLAIN") == 1
 
 
 def raw_http(port: int, request: bytes) -> bytes:
@@ -255,15 +364,17 @@ def prometheus_query(port: int, query: str) -> list:
     return answer["data"]["result"]
 
 
-def test_a_real_prometheus_scrapes_the_broker(metered, tmp_path: Path):
-    """Debian's Prometheus scrapes the broker every second; its HTTP API then reports the target
-    up, the records of a known workload, and request and fsync histograms it can aggregate."""
+def test_a_real_prometheus_scrapes_the_broker(metered_sasl, tmp_path: Path):
+    """Debian's Prometheus scrapes the broker every second; after a known workload (records
+    produced, a group that consumed part of them, one wrong password on the SASL listener)
+    its HTTP API reports the target up, the records, the failed authentication of that
+    listener and mechanism, the group's lag (produced - consumed), and request and fsync
+    histograms it can aggregate."""
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does)")
-    b, metrics_port = metered
-    create_topic(b.bootstrap, TOPIC, PARTITIONS)
-    produce(b.bootstrap, TOPIC)
+    b, metrics_port, sasl_bootstrap = metered_sasl
+    lag = sasl_and_lag_workload(b, sasl_bootstrap)
     web_port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -305,6 +416,19 @@ def test_a_real_prometheus_scrapes_the_broker(metered, tmp_path: Path):
         assert p99 and float(p99[0]["value"][1]) > 0
         hw = prometheus_query(web_port, f'sum(strata_partition_high_watermark{{topic="{TOPIC}"}})')
         assert float(hw[0]["value"][1]) == RECORDS
+
+        failures = prometheus_query(web_port, "strata_authentication_failures_total > 0")
+        assert [(f["metric"]["listener"], f["metric"]["mechanism"], f["value"][1]) for f in failures] \
+            == [("SASL_PLAINTEXT", "PLAIN", "1")], failures
+        lags = prometheus_query(web_port, f'strata_consumergroup_lag{{group="lagging",topic="{TOPIC}"}}')
+        assert {int(x["metric"]["partition"]): float(x["value"][1]) for x in lags} == lag, lags
+        total = prometheus_query(web_port, 'sum(strata_consumergroup_lag{group="lagging"})')
+        assert float(total[0]["value"][1]) == RECORDS - CONSUMED
+        conns = prometheus_query(web_port, 'strata_connections_accepted_total{listener="SASL_PLAINTEXT"}')
+        assert float(conns[0]["value"][1]) == 1
+        queue = prometheus_query(
+            web_port, "histogram_quantile(0.5, sum by (le) (strata_shard_task_queue_seconds_bucket))")
+        assert queue and float(queue[0]["value"][1]) >= 0
     finally:
         proc.terminate()
         try:

@@ -281,3 +281,47 @@ def test_wrong_protocol_refused(broker_factory, monkeypatch, pki):
     assert "panicked" not in log
     kproto.api_versions(b.bootstrap)
     assert served_certificate_serial(b.ssl_port) == 0x1001
+
+
+def ssl_failures(metrics_port: int) -> dict[str, float]:
+    """strata_authentication_failures_total per listener/mechanism (non-zero only)."""
+    import re
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for m in re.finditer(r'^strata_authentication_failures_total\{listener="([^"]+)",mechanism="([^"]+)"\} (\S+)$',
+                         text, re.M):
+        if float(m.group(3)):
+            out[f"{m.group(1)}/{m.group(2)}"] = float(m.group(3))
+    return out
+
+
+def test_tls_failures_are_counted_per_listener(broker_factory, monkeypatch, pki):
+    """Proves failed TLS authentications are counted by listener under mechanism `SSL`
+    (strata_authentication_failures_total): with ssl_client_auth=required, a cleartext client
+    on the SSL port and a TLS client without a certificate count one each; a client with
+    the certificate and a plaintext client on PLAINTEXT count nothing."""
+    metrics_port = free_port()
+    monkeypatch.setenv("STRATA_METRICS_LISTEN", f"127.0.0.1:{metrics_port}")
+    b = tls_broker(broker_factory, monkeypatch, pki, client_auth="required")
+    kproto.api_versions(b.bootstrap)
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    with socket.create_connection(("127.0.0.1", b.ssl_port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(kproto.request(18, 0, 1, b""))
+            assert kproto.recv_response(s)[0] == 1
+    assert ssl_failures(metrics_port) == {}
+    with pytest.raises((OSError, kproto.ProtocolError)):
+        kproto.api_versions(b.ssl_bootstrap, timeout_s=5)
+    no_cert = ssl.create_default_context(cafile=str(pki.ca))
+    with socket.create_connection(("127.0.0.1", b.ssl_port), timeout=10) as raw:
+        with pytest.raises((ssl.SSLError, OSError)):
+            with no_cert.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(kproto.request(18, 0, 1, b""))
+                kproto.recv_response(s)
+    deadline = time.monotonic() + 10
+    while ssl_failures(metrics_port) != {"SSL/SSL": 2} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ssl_failures(metrics_port) == {"SSL/SSL": 2}
