@@ -13,6 +13,7 @@ pub mod partition_key;
 pub mod produce_batch;
 pub mod producer;
 pub mod record_batch;
+pub mod throttle;
 
 /// The tagged field Strata adds to a Metadata response partition (v9+, KIP-482) to say why
 /// replicas are offline: a JSON object, node id -> reason, read by `strata cluster status`.

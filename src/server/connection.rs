@@ -206,6 +206,14 @@ where
                 }
                 Err(e) => return Err(e),
             };
+            // A throttle decided while this request was on its way (the request-time quota
+            // is decided by the writer, as the previous response is finished) holds it until
+            // the mute ends: a client that waits for each answer before sending the next
+            // would otherwise always find the reader past the check above.
+            if quota.throttle.is_muted() {
+                let shutdown = ctx.shutdown_notify.listen();
+                futures_lite::future::or(quota.throttle.wait(), shutdown).await;
+            }
             activity.touch();
             let arrived = Instant::now();
             // The request header's first field; a frame too short for it is refused below.

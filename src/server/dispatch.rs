@@ -102,6 +102,7 @@ pub async fn dispatch(
         return serve(ctx, raw, session, None).await;
     };
     let metering = limits.request.clone().filter(|_| !is_cluster_action(&raw));
+    let response = (raw.api, version);
     let quotas = Quotas {
         limits,
         throttle: quota.throttle.clone(),
@@ -110,6 +111,7 @@ pub async fn dispatch(
     Ok(match metering {
         Some(limit) => super::quota::metered(
             pending,
+            response,
             started.elapsed(),
             limit,
             quotas.limits.window_size_ms,

@@ -19,6 +19,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+
 use crate::clock::Clock;
 use crate::security::quota::{ClientQuotas, QuotaKey, SampledRate};
 use crate::server::dispatch::PendingResponse;
@@ -206,9 +209,13 @@ impl Throttle {
 
 /// Meters a request's handler time for `request_percentage` (KIP-124): the time its
 /// dispatch took plus the time spent polling its response future (CPU on the shard, not the
-/// time it waited for durability or a long poll), recorded when the response is ready.
+/// time it waited for durability or a long poll), recorded when the response is ready. The
+/// throttle it earns mutes the channel once the response is written (KIP-219) and is put
+/// in the response's `throttle_time_ms` (raised in the encoded frame, every API that has the
+/// field at a fixed place: `protocol::throttle`), so the client also knows to back off.
 pub fn metered(
     pending: PendingResponse,
+    response: (ApiKey, i16),
     dispatch_time: Duration,
     limit: Limit,
     window_size_ms: u64,
@@ -217,6 +224,7 @@ pub fn metered(
 ) -> PendingResponse {
     Box::pin(Metered {
         inner: pending,
+        response,
         spent: dispatch_time,
         limit,
         window_size_ms,
@@ -227,6 +235,8 @@ pub fn metered(
 
 struct Metered {
     inner: PendingResponse,
+    /// The API and version of the response, to find its `throttle_time_ms`.
+    response: (ApiKey, i16),
     spent: Duration,
     limit: Limit,
     window_size_ms: u64,
@@ -239,17 +249,38 @@ impl Future for Metered {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let started = Instant::now();
-        let answer = self.inner.as_mut().poll(cx);
+        let mut answer = self.inner.as_mut().poll(cx);
         self.spent += started.elapsed();
-        if answer.is_ready() {
+        if let Poll::Ready(result) = &mut answer {
             let micros = u64::try_from(self.spent.as_micros()).unwrap_or(u64::MAX);
             // Kafka bounds the request quota's throttle to one window.
             let ms = self
                 .limit
                 .record(self.clock.monotonic_ms(), micros, self.window_size_ms);
             self.throttle.decide(ms);
+            if let (true, Ok(Some(chunks))) = (ms > 0, result) {
+                let (api, version) = self.response;
+                show_throttle(api, version, chunks, ms);
+            }
         }
         answer
+    }
+}
+
+/// Puts `ms` in the `throttle_time_ms` of an encoded response (its first chunk holds the
+/// header and the field), unless a larger throttle is already there. Runs only for a
+/// throttled response: it copies that chunk.
+fn show_throttle(api: ApiKey, version: i16, chunks: &mut [Bytes], ms: u64) {
+    let Some(first) = chunks.first_mut() else {
+        return;
+    };
+    if crate::protocol::throttle::offset(api, version).is_none() {
+        return;
+    }
+    let mut frame = BytesMut::from(&first[..]);
+    let ms = i32::try_from(ms).unwrap_or(i32::MAX);
+    if crate::protocol::throttle::raise(api, version, &mut frame, ms) {
+        *first = frame.freeze();
     }
 }
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import kproto
 from common import compile_java_checks
 from harness import strata_bin
 
@@ -293,3 +295,58 @@ def test_consumer_quota_holds_rate(broker_factory, monkeypatch):
     assert 0.75 <= slow_rate / QUOTA_BYTES_PER_S <= 1.10, slow_rate
     assert slow_throttle > 0
     assert fast_bytes >= total * 0.9
+
+
+# --- request_percentage (KIP-124): every API with the field shows the throttle ---------------
+
+API_LIST_OFFSETS, API_METADATA, API_FIND_COORDINATOR = 2, 3, 10
+REQUEST_BODIES = {
+    # Metadata v3: all topics (null list); throttle_time_ms is the body's first field.
+    (API_METADATA, 3): struct.pack(">i", -1),
+    # ListOffsets v2: replica -1, READ_UNCOMMITTED, no topics.
+    (API_LIST_OFFSETS, 2): struct.pack(">ibi", -1, 0, 0),
+    # FindCoordinator v1: group "g".
+    (API_FIND_COORDINATOR, 1): kproto.kstring("g") + b"\0",
+}
+
+
+def flood(bootstrap: str, client_id: str, api: int, version: int, seconds: float) -> tuple[int, int, float]:
+    """Sends one request after another on one connection until a response carries a
+    throttle or `seconds` pass. Returns (requests sent, throttle_time_ms of the last
+    response, seconds from receiving that response to receiving the next one)."""
+    body = REQUEST_BODIES[(api, version)]
+    with kproto.connect(bootstrap, timeout_s=30) as s:
+        deadline = time.monotonic() + seconds
+        n, throttle = 0, 0
+        while time.monotonic() < deadline:
+            n += 1
+            s.sendall(kproto.request(api, version, n, body, client_id=client_id))
+            corr, resp = kproto.recv_response(s)
+            assert corr == n
+            (throttle,) = struct.unpack(">i", resp[:4])
+            if throttle > 0:
+                break
+        received = time.monotonic()
+        n += 1
+        s.sendall(kproto.request(api, version, n, body, client_id=client_id))
+        assert kproto.recv_response(s)[0] == n
+        return n, throttle, time.monotonic() - received
+
+
+def test_request_quota_throttles_other_apis(broker):
+    """Proves request_percentage (KIP-124) beyond Produce and Fetch: a raw client whose
+    client id has request_percentage=1 (10 ms of broker time a second) and floods Metadata v3,
+    ListOffsets v2 and FindCoordinator v1 on one connection gets responses with
+    throttle_time_ms > 0 (at most the quota window, 1 s), and its connection is muted for
+    that long after such a response (KIP-219): the next answer comes no sooner than about the
+    throttle. A client with another id is not throttled."""
+    strata("quota", "set", "--bootstrap", broker.bootstrap, "--client-id", "flood",
+           "--config", "request_percentage=1")
+    time.sleep(1)
+    for api, version in REQUEST_BODIES:
+        n, throttle, wait_s = flood(broker.bootstrap, "flood", api, version, 30)
+        print(f"api {api} v{version}: throttle {throttle} ms after {n} requests; next answer after {wait_s:.3f} s")
+        assert 0 < throttle <= 1000, (api, throttle, n)
+        assert wait_s >= 0.5 * throttle / 1000, (api, throttle, wait_s)
+    n, throttle, _ = flood(broker.bootstrap, "free", API_METADATA, 3, 2)
+    assert throttle == 0 and n > 10, (n, throttle)
