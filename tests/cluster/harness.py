@@ -115,6 +115,9 @@ class Node:
         self.exec_prefix = exec_prefix or []
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
+        # Kafka's `listeners` for this node instead of its single PLAINTEXT `address` (set
+        # before start; its PLAINTEXT listener should stay at `address`).
+        self.listeners: str | None = None
         self.starts = 0
         self.paused = False
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -141,10 +144,11 @@ class Node:
         return self.log_dir / f"node{self.node_id}-{self.starts}.stderr"
 
     def command(self, voters: str | None) -> list[str]:
+        addresses = (["--listeners", self.listeners] if self.listeners
+                     else ["--listen", self.address, "--advertised-listener", self.address])
         cmd = [*self.exec_prefix, str(strata_bin()), "serve",
                "--node-id", str(self.node_id),
-               "--listen", self.address,
-               "--advertised-listener", self.address,
+               *addresses,
                "--data-dir", str(self.data_dir),
                "--shards", "1"]
         if voters is not None:

@@ -83,6 +83,7 @@ pub async fn handle(
                     .push(topic_entry(&catalog, meta, ops(&meta.name)));
             }
         }
+        leaders_on_listener(&mut resp, &catalog, listener, version);
         return resp;
     }
     let auto_create =
@@ -153,7 +154,49 @@ pub async fn handle(
         };
         resp.topics.push(entry);
     }
+    leaders_on_listener(&mut resp, &ctx.shared.catalog.load(), listener, version);
     resp
+}
+
+/// A client reaches brokers only through the listener it came in on: a partition whose
+/// leader has no such listener is answered with no leader (-1) and, from Metadata v6,
+/// LISTENER_NOT_FOUND (LEADER_NOT_AVAILABLE before: older clients do not know code 72);
+/// replicas without it are offline to this client. Kafka does the same (KAFKA-7235): in a
+/// cluster whose brokers do not all have the same listeners, a client would otherwise be
+/// sent to a leader it cannot find among the brokers listed.
+fn leaders_on_listener(
+    resp: &mut MetadataResponse,
+    catalog: &Catalog,
+    listener: &str,
+    version: i16,
+) {
+    let reachable = |node: i32| {
+        catalog
+            .brokers
+            .get(&node)
+            .is_some_and(|b| b.endpoint(listener).is_some())
+    };
+    let unreachable_leader = if version >= 6 {
+        ErrorCode::ListenerNotFound
+    } else {
+        ErrorCode::LeaderNotAvailable
+    };
+    for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        let leader = p.leader_id.0;
+        if leader >= 0 && !reachable(leader) {
+            p.leader_id = BrokerId(-1);
+            p.error_code = if catalog.brokers.contains_key(&leader) {
+                unreachable_leader.code()
+            } else {
+                ErrorCode::LeaderNotAvailable.code()
+            };
+        }
+        for r in &p.replica_nodes {
+            if !reachable(r.0) && !p.offline_replicas.contains(r) {
+                p.offline_replicas.push(*r);
+            }
+        }
+    }
 }
 
 fn error_entry(name: &str, id: uuid::Uuid, code: ErrorCode) -> MetadataResponseTopic {
@@ -217,5 +260,93 @@ pub(super) fn partition_error(pm: &PartitionMeta) -> i16 {
         ErrorCode::LeaderNotAvailable.code()
     } else {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::indexing_slicing)]
+    use super::*;
+    use crate::cluster::catalog::{BrokerEndpoint, BrokerMeta};
+
+    fn broker(node_id: i32, listeners: &[&str]) -> BrokerMeta {
+        BrokerMeta {
+            node_id,
+            host: "h".into(),
+            port: 9092,
+            listeners: listeners
+                .iter()
+                .map(|name| BrokerEndpoint {
+                    name: name.to_string(),
+                    host: format!("h{node_id}"),
+                    port: 9000 + node_id,
+                    security_protocol: 0,
+                })
+                .collect(),
+            rack: None,
+            shards: 1,
+            fenced: false,
+        }
+    }
+
+    fn answer(leaders: &[i32]) -> MetadataResponse {
+        let partitions = leaders
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                MetadataResponsePartition::default()
+                    .with_partition_index(i as i32)
+                    .with_leader_id(BrokerId(*l))
+                    .with_replica_nodes(broker_ids(&[1, 2, 3]))
+            })
+            .collect();
+        MetadataResponse::default().with_topics(vec![
+            MetadataResponseTopic::default().with_partitions(partitions)
+        ])
+    }
+
+    #[test]
+    fn a_leader_without_the_listener_is_no_leader_and_listener_not_found() {
+        // Proves Kafka's answer (KAFKA-7235) on a listener broker 3 lacks: its partitions
+        // get leader -1 and LISTENER_NOT_FOUND from v6, LEADER_NOT_AVAILABLE before;
+        // a leader the cluster does not know is LEADER_NOT_AVAILABLE in every version;
+        // replicas without the listener are offline; on the listener all brokers have,
+        // nothing changes.
+        let mut catalog = Catalog::default();
+        catalog
+            .brokers
+            .insert(1, broker(1, &["PLAINTEXT", "EXTRA"]));
+        catalog
+            .brokers
+            .insert(2, broker(2, &["PLAINTEXT", "EXTRA"]));
+        catalog.brokers.insert(3, broker(3, &["PLAINTEXT"]));
+        let leaders = [1, 3, 9];
+
+        let mut resp = answer(&leaders);
+        leaders_on_listener(&mut resp, &catalog, "EXTRA", 12);
+        let parts = &resp.topics[0].partitions;
+        assert_eq!((parts[0].leader_id.0, parts[0].error_code), (1, 0));
+        assert_eq!(
+            (parts[1].leader_id.0, parts[1].error_code),
+            (-1, ErrorCode::ListenerNotFound.code())
+        );
+        assert_eq!(
+            (parts[2].leader_id.0, parts[2].error_code),
+            (-1, ErrorCode::LeaderNotAvailable.code())
+        );
+        assert_eq!(parts[0].offline_replicas, broker_ids(&[3]));
+
+        let mut old = answer(&leaders);
+        leaders_on_listener(&mut old, &catalog, "EXTRA", 5);
+        assert_eq!(
+            old.topics[0].partitions[1].error_code,
+            ErrorCode::LeaderNotAvailable.code()
+        );
+
+        let mut plain = answer(&leaders);
+        leaders_on_listener(&mut plain, &catalog, "PLAINTEXT", 12);
+        let parts = &plain.topics[0].partitions;
+        assert_eq!((parts[1].leader_id.0, parts[1].error_code), (3, 0));
+        assert!(parts[1].offline_replicas.is_empty());
     }
 }
