@@ -134,9 +134,13 @@ pub(crate) fn prepare_topic(
             &common.topic_configs,
         )
         .with_context(|| format!("creating topic {}", common.topic))?;
-    let topic = client.wait_until_led(&common.topic)?;
+    let topic = client.wait_until_led(&common.topic, TOPIC_READY_TIMEOUT)?;
     Ok((client, topic))
 }
+
+/// How long a new topic may take until every partition's leader serves it: a bench needs
+/// every partition led before it measures.
+const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Partitions of `topic` grouped by leader address, with the Produce and Fetch versions to use
 /// with that leader.

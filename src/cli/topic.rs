@@ -69,6 +69,9 @@ pub enum TopicCommand {
     },
 }
 
+/// How long `topic create` waits for the new topic's leaders before it returns anyway.
+const TOPIC_CREATE_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
     match cmd {
         TopicCommand::Create {
@@ -81,7 +84,11 @@ pub(super) fn run(cmd: TopicCommand) -> anyhow::Result<()> {
             let mut client = connect.connect()?;
             client.create_topic(&name, partitions, replication_factor, &config)?;
             // The next command (produce, cluster status, ...) should find the topic served.
-            client.wait_until_led(&name)?;
+            // The topic exists either way: a partition without a leader for now (a replica
+            // offline, brokers down) is said, not an error.
+            if let Err(e) = client.wait_until_led(&name, TOPIC_CREATE_READY_WAIT) {
+                eprintln!("note: {e}");
+            }
             eprintln!(
                 "created topic {name} ({partitions} partition{}, replication factor {replication_factor})",
                 if partitions == 1 { "" } else { "s" }

@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 use super::error::{check_code, ClientError, Result};
 use super::{str_of, Client, OffsetSpec, TopicInfo};
 
-/// How long a new topic may take until every partition's leader serves it.
-const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between readiness probes of a new topic.
 const TOPIC_READY_POLL: Duration = Duration::from_millis(100);
 
@@ -126,13 +124,13 @@ impl Client {
     }
 
     /// Waits until every partition of a just-created topic has a leader that answers for it
-    /// (at most `TOPIC_READY_TIMEOUT`). CreateTopics answers once the controller committed
+    /// (at most `timeout`). CreateTopics answers once the controller committed
     /// the topic; the brokers learn of it, and the leaders take over, a moment later (Kafka
     /// too: Produce gets NOT_LEADER_OR_FOLLOWER for a while), so metadata alone is not
     /// enough: a ListOffsets to each leader goes through the same leadership check as
     /// Produce. `strata topic create` and `strata bench` wait so that the next command
     /// finds the topic ready.
-    pub fn wait_until_led(&mut self, name: &str) -> Result<TopicInfo> {
+    pub fn wait_until_led(&mut self, name: &str, timeout: Duration) -> Result<TopicInfo> {
         let started = Instant::now();
         loop {
             let last = match self.refresh_topic(name) {
@@ -152,7 +150,7 @@ impl Client {
                 Err(e @ ClientError::UnknownTopic { .. }) => e.to_string(),
                 Err(e) => return Err(e),
             };
-            if started.elapsed() >= TOPIC_READY_TIMEOUT {
+            if started.elapsed() >= timeout {
                 return Err(ClientError::NotLed {
                     topic: name.to_owned(),
                     waited_ms: started.elapsed().as_millis(),
