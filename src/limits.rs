@@ -49,6 +49,11 @@ pub const DECODE_ALLOCATION_LAZY_MIN: usize = 256 * 1024 * 1024;
 /// Graceful shutdown waits this long for in-flight requests before closing anyway.
 pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 
+/// Logs a shard closes at once during shutdown (each flushes, fsyncs and writes its state
+/// files): enough to overlap their I/O, bounded so thousands of partitions do not all queue
+/// their writes at the same moment.
+pub const SHUTDOWN_CLOSES_IN_FLIGHT_MAX: usize = 64;
+
 /// Producer ids handed out per persisted block; a crash skips at most this many ids.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
