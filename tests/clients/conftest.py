@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Broker  # noqa: E402
+from tmp_cleanup import free_tmp_path_of_passed_test, remember_report  # noqa: E402,F401
 
 
 @pytest.fixture
@@ -55,6 +56,7 @@ def pytest_runtest_makereport(item, call):
     """On failure, attach the tail of each broker's stderr so a red test explains itself."""
     outcome = yield
     report = outcome.get_result()
+    remember_report(item, report)
     if report.when == "call" and report.failed:
         tmp = item.funcargs.get("tmp_path")
         if tmp is not None:

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "clients"))
 
 from harness import Cluster  # noqa: E402
 import netns  # noqa: E402
+from tmp_cleanup import free_tmp_path_of_passed_test, remember_report  # noqa: E402,F401
 
 
 @pytest.fixture
@@ -62,6 +64,7 @@ def pytest_runtest_makereport(item, call):
     """On failure, attach the tail of every node's log so a red test explains itself."""
     outcome = yield
     report = outcome.get_result()
+    remember_report(item, report)
     if report.when in ("setup", "call") and report.failed:
         for i, c in enumerate(getattr(item, "strata_clusters", [])):
             report.sections.append((f"cluster {i} node logs", c.log_tails(60)))

@@ -22,23 +22,29 @@ pytestmark = [pytest.mark.cluster]
 TOPIC = "pressed"
 PARTITIONS = 4
 FLOOD_S = 6
+# Enough to exhaust every follower's 16 MiB budget many times over, and a bound on the disk the
+# test takes (4 partitions x 3 replicas x this, 3 GiB): unbounded, a fast disk took ~10 GB in 6 s.
+FLOOD_BYTES_PER_PARTITION_MAX = 256 * 1024 * 1024
 API_PRODUCE = 0
 
 
 def flood(address: str, partition: int, stop: threading.Event) -> None:
-    """acks=0 produce of 256 KiB batches to the partition's leader, as fast as it takes them."""
+    """acks=0 produce of 256 KiB batches to the partition's leader, as fast as it takes them,
+    until stopped or FLOOD_BYTES_PER_PARTITION_MAX are sent."""
     batch = kproto.record_batch([(None, b"x" * 1024)] * 250)
     frame = kproto.request(API_PRODUCE, 3, 1, kproto.produce_v3_body(TOPIC, partition, batch, acks=0))
+    sent = 0
     with kproto.connect(address, 30) as s:
-        while not stop.is_set():
+        while not stop.is_set() and sent < FLOOD_BYTES_PER_PARTITION_MAX:
             s.sendall(frame)
+            sent += len(frame)
 
 
 def test_followers_wait_for_memory_instead_of_dropping_fetches(cluster_factory):
     """Proves replica fetches survive an exhausted memory budget: three nodes with the
     smallest budget (16 MiB per node, one shard) and sync flushes, an RF3 topic of four
-    partitions, each flooded for 6 s with acks=0 produce at its leader; no follower logs a
-    refused replica append (before, a follower whose budget was full dropped the fetched
+    partitions, each flooded for 6 s (256 MiB at most) with acks=0 produce at its leader; no
+    follower logs a refused replica append (before, a follower whose budget was full dropped the fetched
     batches with 'replica append: ... staged' and fetched them again), and every follower
     catches up to the leader's log end."""
     require_cluster_support()
