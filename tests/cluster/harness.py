@@ -386,9 +386,9 @@ class Cluster:
 
     # ---- metadata -----------------------------------------------------------------------------
 
-    def admin(self, bootstrap: str | None = None) -> AdminClient:
+    def admin(self, bootstrap: str | None = None, socket_timeout_ms: int = 3000) -> AdminClient:
         return AdminClient({"bootstrap.servers": bootstrap or self.live_bootstrap(),
-                            "socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500})
+                            "socket.timeout.ms": socket_timeout_ms, "reconnect.backoff.max.ms": 500})
 
     def reachable_brokers(self) -> list[Node]:
         """Brokers a client can talk to now: running, not paused, not isolated."""
@@ -485,7 +485,10 @@ class Cluster:
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int = 3,
                      config: dict[str, str] | None = None, full_isr: bool = True) -> dict:
-        admin = self.admin()  # must outlive the future: a destroyed client fails it (_DESTROY)
+        # librdkafka bounds every request in flight by socket.timeout.ms, operation_timeout
+        # included: a broker forwarding the create to a controller being elected (one just
+        # killed) answers after the election, which took over 3 s under load.
+        admin = self.admin(socket_timeout_ms=35_000)  # must outlive the future (else _DESTROY)
         futures = admin.create_topics(
             [NewTopic(topic, partitions, replication_factor, config=config or {})],
             operation_timeout=30, request_timeout=30)

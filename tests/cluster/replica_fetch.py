@@ -3,8 +3,10 @@ replica comparison when `strata log dump` is not available (STRATA_CLUSTER_REPLI
 
 A Fetch v4 sent to a broker with replica_id = -2 is Kafka's "debugging consumer": the broker
 serves it from its local replica even when it is a follower, and (being no real replica id) it
-does not move any follower's LEO or the ISR. Kafka serves such a fetch up to the replica's log
-end, so the caller says where to stop (the final HW, taken from the leader). Only uncompressed
+does not move any follower's LEO or the ISR. As a consumer, it reads up to that replica's high
+watermark (Kafka's FetchIsolation for any negative replica id), which a follower learns one
+fetch after the leader: the caller says where to stop (the final HW, taken from the leader) and
+retries a short read. Only uncompressed
 record batches v2 are decoded (the workload sends compression.type=none).
 """
 
