@@ -52,8 +52,12 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Asks every shard to stop (stop accepting, drain in-flight requests, flush, close).
+    /// Asks every shard to stop (stop accepting, drain in-flight requests, flush, close);
+    /// a registered broker first gives up its leaderships (controlled shutdown).
     pub fn stop(&self) {
+        if self.heartbeat.is_some() {
+            self.quorum.controlled_shutdown();
+        }
         for s in &self.stops {
             let _ = s.send(());
         }

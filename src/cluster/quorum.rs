@@ -40,6 +40,9 @@ const RAFT_HEARTBEAT_TICKS: usize = 2;
 const METADATA_SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
 /// How long a request to the controller may take, leader changes included.
 const CONTROLLER_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// How long a stopping broker waits for its controlled shutdown (Kafka retries its own for
+/// up to about 15 s); past it, the session timeout fences the broker as if it had crashed.
+const CONTROLLED_SHUTDOWN_WAIT_MS: u64 = 5_000;
 
 pub struct Quorum {
     log: MetadataLog,
@@ -248,6 +251,48 @@ impl Quorum {
                 count,
             } if status.is_ok() && count > 0 => Ok((first_id, count)),
             other => Err(QuorumError::Refused(format!("producer ids: {other:?}"))),
+        }
+    }
+
+    /// Kafka's controlled shutdown: stops heartbeating and asks the controller to fence this
+    /// broker now, so its leaderships move to the rest of their ISRs while its shards still
+    /// answer (with NOT_LEADER_OR_FOLLOWER, which sends clients and followers to the new
+    /// leaders) instead of a session timeout later, during which produce to its partitions
+    /// would fail. Waits at most CONTROLLED_SHUTDOWN_WAIT_MS: a controller that cannot be
+    /// reached (the quorum lost) leaves it to the session timeout, as before.
+    pub fn controlled_shutdown(self: &Arc<Self>) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let me = self.clone();
+        // On a thread of its own, so the wait is bounded whatever the metadata log does; a
+        // request still pending when the wait ends fails when `stop` shuts the log down.
+        let spawned = std::thread::Builder::new()
+            .name("strata-shutdown".into())
+            .spawn(move || {
+                let _ = tx.send(me.request_blocking(ControllerRequest::ControlledShutdown {
+                    node_id: me.node_id,
+                }));
+            });
+        if let Err(e) = spawned {
+            warn!("controlled shutdown not attempted: {e}");
+            return;
+        }
+        match rx.recv_timeout(Duration::from_millis(CONTROLLED_SHUTDOWN_WAIT_MS)) {
+            Ok(Ok(ControllerResponse::ControlledShutdown { status, fenced })) if status.is_ok() => {
+                self.fenced.store(fenced, Ordering::Relaxed);
+                if fenced {
+                    info!("controlled shutdown: fenced, leaderships moved to the other in-sync replicas");
+                } else {
+                    info!("controlled shutdown: no other broker is unfenced, so none took over");
+                }
+            }
+            Ok(Ok(other)) => warn!("controlled shutdown refused: {other:?}"),
+            Ok(Err(e)) => warn!("controlled shutdown failed: {e}"),
+            Err(_) => warn!(
+                wait_ms = CONTROLLED_SHUTDOWN_WAIT_MS,
+                "controlled shutdown not answered in time; the session timeout will fence \
+                 this broker"
+            ),
         }
     }
 

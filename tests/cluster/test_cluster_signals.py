@@ -35,3 +35,44 @@ def test_sigterm_while_waiting_for_the_quorum_ends_the_broker(cluster_factory):
         assert code == 0, node.log_tail()
         assert time.monotonic() - began < 5, "the broker took long to exit"
         assert "stopping during start-up" in node.log_path.read_text(errors="replace")
+
+
+def test_sigterm_hands_leaderships_over_before_the_broker_stops(cluster_factory):
+    """Proves Kafka's controlled shutdown: with a session timeout of 60 s, a leader stopped
+    with SIGTERM has given its leaderships to the other in-sync replicas by the time it exits,
+    so right after, the metadata names new leaders, it is out of every ISR, and acks=all
+    produce to each partition succeeds at once. Before, the stopped broker stayed leader (and
+    produce to its partitions failed) until the session timeout fenced it. Its restart brings
+    it back into every ISR."""
+    require_cluster_support()
+    from confluent_kafka import Producer
+
+    c = cluster_factory(env={"STRATA_BROKER_SESSION_TIMEOUT_MS": "60000"})
+    c.create_topic("handed", 3, replication_factor=3)
+    # Not the active controller: its stop would also wait for a controller election.
+    controller = c.controller_id()
+    leaders = {p: c.leader("handed", p) for p in range(3)}
+    victim = next(n for n in leaders.values() if n != controller)
+    node = c.nodes[victim]
+    assert node.stop() == 0
+    stopped = time.monotonic()
+
+    def handed_over():
+        parts = c.partitions("handed")
+        return all(p.leader >= 0 and p.leader != victim and victim not in p.isrs
+                   for p in parts.values())
+    c.poll_until("leaderships handed over", handed_over, 5)
+    assert time.monotonic() - stopped < 5, "took as long as a session timeout"
+    assert "controlled shutdown: fenced" in node.log_path.read_text(errors="replace")
+
+    delivered: list[object] = []
+    p = Producer({"bootstrap.servers": c.live_bootstrap(), "acks": "all",
+                  "message.timeout.ms": 10000})
+    for partition in range(3):
+        p.produce("handed", value=f"v{partition}".encode(), partition=partition,
+                  on_delivery=lambda err, msg: delivered.append(err))
+    assert p.flush(15) == 0
+    assert delivered == [None, None, None], delivered
+
+    c.restart(victim)
+    c.wait_topic("handed", 3, full_isr=True, timeout_s=30)

@@ -34,6 +34,7 @@ impl Controller {
         // first gives up its leaderships and ISR places, exactly as if it had been fenced,
         // and regains them through its heartbeats and its leaders' AlterPartition.
         let was_unfenced = is_unfenced(&batch.work, node_id);
+        self.shutting_down.remove(&node_id);
         batch.push(MetadataRecord::RegisterBroker {
             node_id,
             host,
@@ -114,6 +115,12 @@ impl Controller {
             };
         };
         self.last_seen_ms.insert(node_id, now_ms);
+        if self.shutting_down.contains(&node_id) {
+            return ControllerResponse::BrokerHeartbeat {
+                status: Status::ok(),
+                fenced: broker.fenced || self.fencing.contains(&node_id),
+            };
+        }
         if broker.fenced {
             self.fencing.remove(&node_id);
             batch.push(MetadataRecord::UnfenceBroker { node_id });
@@ -124,6 +131,45 @@ impl Controller {
         ControllerResponse::BrokerHeartbeat {
             status: Status::ok(),
             fenced: self.fencing.contains(&node_id),
+        }
+    }
+
+    /// Kafka's controlled shutdown: a stopping broker is fenced at once and gives up its
+    /// leaderships and ISR places, as a broker past its session timeout does, but while it
+    /// still answers: clients and followers are told NOT_LEADER_OR_FOLLOWER and find the new
+    /// leaders, and acks=all writes go on without waiting out the session timeout. When no
+    /// other broker is unfenced nothing could take over, so it is left unfenced (a single
+    /// node stops as before). Until it registers again, its heartbeats do not unfence it.
+    pub(super) fn controlled_shutdown(
+        &mut self,
+        batch: &mut Batch,
+        node_id: i32,
+    ) -> ControllerResponse {
+        if !batch.work.brokers.contains_key(&node_id) {
+            return ControllerResponse::ControlledShutdown {
+                status: Status::error(
+                    ErrorCode::BrokerIdNotRegistered,
+                    format!("broker {node_id} is not registered"),
+                ),
+                fenced: false,
+            };
+        }
+        let others_unfenced = batch
+            .work
+            .brokers
+            .values()
+            .any(|b| b.node_id != node_id && !b.fenced);
+        if others_unfenced {
+            self.shutting_down.insert(node_id);
+            if is_unfenced(&batch.work, node_id) {
+                batch.push(MetadataRecord::FenceBroker { node_id });
+                Self::leave_partitions(batch, node_id);
+                self.fencing.insert(node_id);
+            }
+        }
+        ControllerResponse::ControlledShutdown {
+            status: Status::ok(),
+            fenced: !is_unfenced(&batch.work, node_id),
         }
     }
 

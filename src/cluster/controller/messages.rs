@@ -67,6 +67,12 @@ pub enum ControllerRequest {
     BrokerHeartbeat {
         node_id: i32,
     },
+    /// Kafka's controlled shutdown (a heartbeat with WantShutDown): the broker is stopping
+    /// and asks to be fenced now, so its leaderships move to the rest of their ISRs while it
+    /// still answers, instead of after the session timeout.
+    ControlledShutdown {
+        node_id: i32,
+    },
     UnregisterBroker {
         node_id: i32,
     },
@@ -196,6 +202,12 @@ pub enum ControllerResponse {
     },
     /// `fenced`: whether the broker is fenced once this response's records are applied.
     BrokerHeartbeat {
+        status: Status,
+        fenced: bool,
+    },
+    /// `fenced`: whether the broker was fenced (it is not when no other broker could take
+    /// its leaderships over).
+    ControlledShutdown {
         status: Status,
         fenced: bool,
     },

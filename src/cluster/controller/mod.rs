@@ -109,6 +109,9 @@ pub struct Controller {
     /// Brokers this controller proposed to fence whose fence is not applied yet, so a tick
     /// that runs before the apply does not propose it again.
     fencing: BTreeSet<i32>,
+    /// Brokers in controlled shutdown: their heartbeats (one may still be in flight) do not
+    /// unfence them; a registration (the restart) does.
+    shutting_down: BTreeSet<i32>,
     /// Placement rotation: partitions placed so far by this controller.
     placement_sequence: usize,
     /// When this controller last looked for leader imbalance (its first tick starts the
@@ -218,6 +221,7 @@ impl Controller {
             active: false,
             last_seen_ms: BTreeMap::new(),
             fencing: BTreeSet::new(),
+            shutting_down: BTreeSet::new(),
             placement_sequence: 0,
             last_rebalance_ms: None,
             rng,
@@ -261,6 +265,8 @@ impl Controller {
             .retain(|id| state.brokers.get(id).is_some_and(|b| !b.fenced));
         self.last_seen_ms
             .retain(|id, _| state.brokers.contains_key(id));
+        self.shutting_down
+            .retain(|id| state.brokers.contains_key(id));
         let unfenced: Vec<i32> = state
             .brokers
             .values()
@@ -320,6 +326,9 @@ impl Controller {
             }
             ControllerRequest::BrokerHeartbeat { node_id } => {
                 self.heartbeat(&mut batch, node_id, now_ms)
+            }
+            ControllerRequest::ControlledShutdown { node_id } => {
+                self.controlled_shutdown(&mut batch, node_id)
             }
             ControllerRequest::UnregisterBroker { node_id } => {
                 let status = if batch.work.brokers.contains_key(&node_id) {

@@ -691,6 +691,43 @@ fn re_registration_fences() {
     sim.assert_replays();
 }
 
+/// Controlled shutdown (Kafka's WantShutDown): the stopping broker is fenced at once and its
+/// leaderships go to the rest of the ISR, without waiting out the session timeout; a
+/// heartbeat still in flight does not unfence it, its registration (the restart) does; the
+/// last unfenced broker is not fenced (nothing could take over); an unknown broker is refused.
+#[test]
+fn controlled_shutdown_fences_at_once_until_registration() {
+    let mut sim = Sim::new();
+    sim.brokers(&[(1, None), (2, None), (3, None)]);
+    sim.create_assigned("t", vec![vec![1, 2, 3], vec![2, 1, 3]]);
+    let shut_down =
+        |sim: &mut Sim, node_id| match sim.req(ControllerRequest::ControlledShutdown { node_id }) {
+            ControllerResponse::ControlledShutdown { status, fenced } => (code(&status), fenced),
+            other => panic!("unexpected {other:?}"),
+        };
+    assert_eq!(shut_down(&mut sim, 1), (0, true));
+    assert!(sim.state.brokers[&1].fenced);
+    let p = sim.partition("t", 0);
+    assert_eq!((p.leader, p.isr.clone()), (2, vec![2, 3]));
+    assert_eq!(sim.partition("t", 1).isr, vec![2, 3]);
+    // A heartbeat sent before the shutdown and answered after it leaves it fenced.
+    assert!(sim.heartbeat(1));
+    assert!(sim.state.brokers[&1].fenced);
+    // Broker 2 stops too; broker 3 is then the only one left and stays unfenced.
+    assert_eq!(shut_down(&mut sim, 2), (0, true));
+    assert_eq!(shut_down(&mut sim, 3), (0, false));
+    assert!(!sim.state.brokers[&3].fenced);
+    assert_eq!(sim.partition("t", 0).leader, 3);
+    // The restart registers and heartbeats as usual, and is unfenced.
+    sim.brokers(&[(1, None)]);
+    assert!(!sim.state.brokers[&1].fenced);
+    assert_eq!(
+        shut_down(&mut sim, 9).0,
+        ErrorCode::BrokerIdNotRegistered.code()
+    );
+    sim.assert_replays();
+}
+
 /// Requests and responses survive their serde_json encoding unchanged.
 #[test]
 fn requests_and_responses_round_trip() {
