@@ -1,7 +1,8 @@
 //! The follower side of one partition (Kafka's `AbstractFetcherThread` for one partition):
 //! after every leader change it validates its log against the leader's with
 //! OffsetForLeaderEpoch, truncates what the leader's history does not contain (KIP-101,
-//! KIP-279), then fetches from its durable end and follows the leader's HW.
+//! KIP-279), then fetches from its log end and follows the leader's HW (the shard reports
+//! the durable end beside each fetch offset: `durable_tag`).
 //!
 //! Invariants: the follower fetches only from its log end after validation, so every LEO it
 //! reports lies on the leader's history; its HW never decreases except by truncation, and
@@ -133,8 +134,9 @@ impl FollowerState {
         self.truncate_then_fetch(to, local_leo)
     }
 
-    /// The Fetch from `fetch_offset` was answered with data, now appended durably so the
-    /// local log ends at `local_leo`; the leader's HW was `leader_hw`. Fetch onward.
+    /// The Fetch from `fetch_offset` was answered with data, now appended (not necessarily
+    /// fsynced yet) so the local log ends at `local_leo`; the leader's HW was `leader_hw`.
+    /// Fetch onward.
     pub fn handle_fetch_response(
         &mut self,
         fetch_offset: Offset,

@@ -14,8 +14,12 @@
 //!   the current leader epoch: a new leader's HW may lag the previous leader's, and the
 //!   epoch start is where every record committed before this epoch is known to be covered.
 //!
-//! Durability: followers report only their fsynced end, so the HW never counts a follower's
-//! bytes that a crash could take back. The shard reports the leader's own LEO with
+//! Durability: a follower reports two ends in each fetch: its log end (the fetch offset) and
+//! its fsynced end (`handle_follower_fetch`'s `durable_offset`; the same offset for a
+//! follower that fetches only what is synced). The HW and ISR joins count only the durable
+//! end, so the HW never counts a follower's bytes that a crash could take back; lag (ISR
+//! shrink) is judged by the fetch offset, so a follower that fetches promptly while its
+//! fsyncs queue behind the disk is not dropped from the ISR for it. The shard reports the leader's own LEO with
 //! `handle_local_leo` as soon as it appends (and again once the append is durable): with
 //! other members in the ISR a record below the HW is then fsynced on each of them, and a
 //! leader that crashes before its own fsync is replaced by one of them. acks=all also waits
@@ -33,8 +37,12 @@ use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FollowerProgress {
     replica: NodeId,
-    /// The follower's LEO as its last fetch reported; -1 until it fetches in this epoch.
+    /// The follower's LEO as its last fetch reported (its fetch offset); -1 until it
+    /// fetches in this epoch. Judges its lag.
     leo: Offset,
+    /// The follower's durable (fsynced) end as its last fetch reported, at most `leo`; -1
+    /// until it fetches in this epoch. Counts for the HW and for joining the ISR.
+    durable: Offset,
     /// The last time the follower was known to be caught up to the leader's LEO.
     last_caught_up_ms: u64,
     /// The leader's LEO when the follower last fetched, and when that was: a fetch that
@@ -51,6 +59,7 @@ impl FollowerProgress {
         Self {
             replica,
             leo: Offset::UNDEFINED,
+            durable: Offset::UNDEFINED,
             last_caught_up_ms,
             last_fetch_leader_leo: Offset::UNDEFINED,
             last_fetch_ms: 0,
@@ -168,6 +177,15 @@ impl LeaderState {
             .map(|f| f.leo)
     }
 
+    /// The follower's durable end as the leader knows it (-1 before its first fetch in this
+    /// epoch); `None` for a replica that is not a follower of this partition.
+    pub fn follower_durable(&self, replica: NodeId) -> Option<Offset> {
+        self.followers
+            .iter()
+            .find(|f| f.replica == replica)
+            .map(|f| f.durable)
+    }
+
     /// Whether an `acks=all` produce may be appended now: the committed ISR has at least
     /// `min_isr` members (else NOT_ENOUGH_REPLICAS). Check it again when the HW passes the
     /// batch, before answering success.
@@ -189,12 +207,15 @@ impl LeaderState {
         commands
     }
 
-    /// A follower fetched from `fetch_offset` (its LEO) with `current_leader_epoch`. On
-    /// `Ok` the shard serves the fetch, with the HW as it is after these commands.
+    /// A follower fetched from `fetch_offset` (its LEO) with `current_leader_epoch`,
+    /// reporting that its log is fsynced below `durable_offset` (a follower that reports
+    /// nothing else is durable at its fetch offset: pass the fetch offset). On `Ok` the
+    /// shard serves the fetch, with the HW as it is after these commands.
     pub fn handle_follower_fetch(
         &mut self,
         replica: NodeId,
         fetch_offset: Offset,
+        durable_offset: Offset,
         current_leader_epoch: LeaderEpoch,
         now_ms: u64,
     ) -> Result<Vec<LeaderCommand>, ReplicaError> {
@@ -222,6 +243,9 @@ impl LeaderState {
         // A follower's log only grows within one leader epoch (it truncates before its first
         // fetch in the epoch), so a lower offset is a reordered older fetch: keep the newer.
         follower.leo = follower.leo.max(fetch_offset);
+        // Nothing past the fetch offset can be durable (the follower's log ends there); the
+        // same reordering rule keeps the newer report.
+        follower.durable = follower.durable.max(durable_offset.min(fetch_offset));
 
         let mut commands = Vec::new();
         self.maybe_expand_isr(replica, &mut commands);
@@ -347,10 +371,12 @@ impl LeaderState {
         {
             return;
         }
-        let Some(leo) = self.follower_leo(replica) else {
+        // The durable end, not the fetch offset: once in the ISR the follower holds the HW,
+        // and a member must hold on disk everything below the HW it joins at.
+        let Some(durable) = self.follower_durable(replica) else {
             return;
         };
-        if leo >= self.hw && leo >= self.leader_epoch_start_offset {
+        if durable >= self.hw && durable >= self.leader_epoch_start_offset {
             let mut new_isr = self.isr.clone();
             new_isr.push(replica);
             self.propose(new_isr, commands);
@@ -380,7 +406,7 @@ impl LeaderState {
         let mut candidate = self.local_leo;
         for f in &self.followers {
             if self.maximal_isr_contains(f.replica) {
-                candidate = candidate.min(f.leo);
+                candidate = candidate.min(f.durable);
             }
         }
         if candidate > self.hw {
@@ -445,9 +471,9 @@ mod tests {
         let mut l = leader(vec![1, 2, 3]);
         for (local, f2, f3, hw) in table {
             l.handle_local_leo(Offset(local), 1);
-            l.handle_follower_fetch(NodeId(2), Offset(f2), LeaderEpoch(5), 1)
+            l.handle_follower_fetch(NodeId(2), Offset(f2), Offset(f2), LeaderEpoch(5), 1)
                 .expect("fetch");
-            l.handle_follower_fetch(NodeId(3), Offset(f3), LeaderEpoch(5), 1)
+            l.handle_follower_fetch(NodeId(3), Offset(f3), Offset(f3), LeaderEpoch(5), 1)
                 .expect("fetch");
             assert_eq!(
                 l.high_watermark(),
@@ -456,7 +482,7 @@ mod tests {
             );
         }
         // A reordered older fetch never lowers a LEO nor the HW.
-        l.handle_follower_fetch(NodeId(2), Offset(12), LeaderEpoch(5), 2)
+        l.handle_follower_fetch(NodeId(2), Offset(12), Offset(12), LeaderEpoch(5), 2)
             .expect("fetch");
         assert_eq!(l.follower_leo(NodeId(2)), Some(Offset(30)));
         assert_eq!(l.high_watermark(), Offset(30));
@@ -469,11 +495,11 @@ mod tests {
         let mut l = leader(vec![1, 2]);
         assert_eq!(l.handle_local_leo(Offset(20), 1), vec![]);
         // Replica 3 is out of sync and far behind: it must not hold the HW back.
-        l.handle_follower_fetch(NodeId(3), Offset(0), LeaderEpoch(5), 1)
+        l.handle_follower_fetch(NodeId(3), Offset(0), Offset(0), LeaderEpoch(5), 1)
             .expect("fetch");
         assert_eq!(l.high_watermark(), Offset(10));
         let cmds = l
-            .handle_follower_fetch(NodeId(2), Offset(20), LeaderEpoch(5), 1)
+            .handle_follower_fetch(NodeId(2), Offset(20), Offset(20), LeaderEpoch(5), 1)
             .expect("fetch");
         assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(Offset(20))]);
     }
@@ -484,17 +510,17 @@ mod tests {
     fn reassignment_adds_and_removes_followers() {
         let mut l = leader(vec![1, 2, 3]);
         assert_eq!(
-            l.handle_follower_fetch(NodeId(4), Offset(0), LeaderEpoch(5), 1),
+            l.handle_follower_fetch(NodeId(4), Offset(0), Offset(0), LeaderEpoch(5), 1),
             Err(ReplicaError::NotLeaderOrFollower)
         );
         l.handle_partition_change(nodes(&[1, 2, 3, 4]), nodes(&[1, 2, 3]), 8);
-        l.handle_follower_fetch(NodeId(2), Offset(10), LeaderEpoch(5), 1)
+        l.handle_follower_fetch(NodeId(2), Offset(10), Offset(10), LeaderEpoch(5), 1)
             .expect("fetch");
-        l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 1)
+        l.handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 1)
             .expect("fetch");
         assert!(!l.alter_pending());
         let cmds = l
-            .handle_follower_fetch(NodeId(4), Offset(10), LeaderEpoch(5), 2)
+            .handle_follower_fetch(NodeId(4), Offset(10), Offset(10), LeaderEpoch(5), 2)
             .expect("fetch");
         assert!(cmds.contains(&LeaderCommand::AlterIsr {
             new_isr: nodes(&[1, 2, 3, 4]),
@@ -505,13 +531,13 @@ mod tests {
         // Replica 3 leaves the assignment: it no longer holds the HW back.
         l.handle_partition_change(nodes(&[1, 2, 4]), nodes(&[1, 2, 4]), 10);
         l.handle_local_leo(Offset(20), 3);
-        l.handle_follower_fetch(NodeId(2), Offset(20), LeaderEpoch(5), 3)
+        l.handle_follower_fetch(NodeId(2), Offset(20), Offset(20), LeaderEpoch(5), 3)
             .expect("fetch");
-        l.handle_follower_fetch(NodeId(4), Offset(20), LeaderEpoch(5), 3)
+        l.handle_follower_fetch(NodeId(4), Offset(20), Offset(20), LeaderEpoch(5), 3)
             .expect("fetch");
         assert_eq!(l.high_watermark(), Offset(20));
         assert_eq!(
-            l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 3),
+            l.handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 3),
             Err(ReplicaError::NotLeaderOrFollower)
         );
     }
@@ -523,12 +549,12 @@ mod tests {
         let mut l = leader(vec![1, 2]);
         l.set_ineligible(nodes(&[3]));
         let cmds = l
-            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 1)
+            .handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 1)
             .expect("fetch");
         assert!(!l.alter_pending(), "proposed a fenced replica: {cmds:?}");
         l.set_ineligible(Vec::new());
         let cmds = l
-            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 2)
+            .handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 2)
             .expect("fetch");
         assert!(cmds.contains(&LeaderCommand::AlterIsr {
             new_isr: nodes(&[1, 2, 3]),
@@ -542,14 +568,14 @@ mod tests {
     #[test]
     fn shrink_after_lag_time() {
         let mut l = leader(vec![1, 2, 3]);
-        l.handle_follower_fetch(NodeId(2), Offset(10), LeaderEpoch(5), 0)
+        l.handle_follower_fetch(NodeId(2), Offset(10), Offset(10), LeaderEpoch(5), 0)
             .expect("fetch");
-        l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 0)
+        l.handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 0)
             .expect("fetch");
         l.handle_local_leo(Offset(20), 10);
         // Follower 2 keeps up; follower 3 stops fetching.
         for t in (20..=200).step_by(20) {
-            l.handle_follower_fetch(NodeId(2), Offset(20), LeaderEpoch(5), t)
+            l.handle_follower_fetch(NodeId(2), Offset(20), Offset(20), LeaderEpoch(5), t)
                 .expect("fetch");
         }
         assert_eq!(
@@ -580,17 +606,17 @@ mod tests {
     #[test]
     fn expand_when_caught_up() {
         let mut l = state(1, 5, 7, &[1, 2, 3], &[1, 2], 10, 8, 10, 0, 100);
-        l.handle_follower_fetch(NodeId(2), Offset(10), LeaderEpoch(5), 0)
+        l.handle_follower_fetch(NodeId(2), Offset(10), Offset(10), LeaderEpoch(5), 0)
             .expect("fetch");
         assert_eq!(l.high_watermark(), Offset(10));
         // At the HW but before the epoch start would also be refused; here LEO 9 < HW 10.
         assert_eq!(
-            l.handle_follower_fetch(NodeId(3), Offset(9), LeaderEpoch(5), 1)
+            l.handle_follower_fetch(NodeId(3), Offset(9), Offset(9), LeaderEpoch(5), 1)
                 .expect("fetch"),
             vec![]
         );
         let cmds = l
-            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 2)
+            .handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 2)
             .expect("fetch");
         assert_eq!(
             cmds,
@@ -601,14 +627,14 @@ mod tests {
             }]
         );
         l.handle_local_leo(Offset(15), 3);
-        l.handle_follower_fetch(NodeId(2), Offset(15), LeaderEpoch(5), 4)
+        l.handle_follower_fetch(NodeId(2), Offset(15), Offset(15), LeaderEpoch(5), 4)
             .expect("fetch");
         assert_eq!(
             l.high_watermark(),
             Offset(10),
             "pending member 3 holds the HW"
         );
-        l.handle_follower_fetch(NodeId(3), Offset(15), LeaderEpoch(5), 5)
+        l.handle_follower_fetch(NodeId(3), Offset(15), Offset(15), LeaderEpoch(5), 5)
             .expect("fetch");
         assert_eq!(l.high_watermark(), Offset(15));
         l.handle_isr_committed(nodes(&[1, 2, 3]), 8);
@@ -621,7 +647,7 @@ mod tests {
     fn expansion_needs_epoch_start() {
         let mut l = state(1, 5, 7, &[1, 2, 3], &[1, 2], 10, 6, 10, 0, 100);
         assert_eq!(
-            l.handle_follower_fetch(NodeId(3), Offset(8), LeaderEpoch(5), 1)
+            l.handle_follower_fetch(NodeId(3), Offset(8), Offset(8), LeaderEpoch(5), 1)
                 .expect("fetch"),
             vec![]
         );
@@ -643,7 +669,7 @@ mod tests {
         let mut l = leader(vec![1, 2, 3]);
         for (leo, offset, t, expected) in table {
             l.handle_local_leo(Offset(leo), t);
-            l.handle_follower_fetch(NodeId(2), Offset(offset), LeaderEpoch(5), t)
+            l.handle_follower_fetch(NodeId(2), Offset(offset), Offset(offset), LeaderEpoch(5), t)
                 .expect("fetch");
             let f = l
                 .followers
@@ -660,7 +686,7 @@ mod tests {
     fn alter_failed_and_stale_images() {
         let mut l = leader(vec![1, 2]);
         let propose = l
-            .handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 1)
+            .handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 1)
             .expect("fetch");
         assert_eq!(propose.len(), 1);
         assert!(l.alter_pending());
@@ -678,7 +704,7 @@ mod tests {
         l.handle_alter_failed();
         assert!(!l.alter_pending());
         assert_eq!(
-            l.handle_follower_fetch(NodeId(3), Offset(10), LeaderEpoch(5), 2)
+            l.handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 2)
                 .expect("fetch"),
             propose
         );
@@ -689,20 +715,132 @@ mod tests {
     fn fetch_validation() {
         let mut l = leader(vec![1, 2, 3]);
         assert_eq!(
-            l.handle_follower_fetch(NodeId(9), Offset(0), LeaderEpoch(5), 0),
+            l.handle_follower_fetch(NodeId(9), Offset(0), Offset(0), LeaderEpoch(5), 0),
             Err(ReplicaError::NotLeaderOrFollower)
         );
         assert_eq!(
-            l.handle_follower_fetch(NodeId(2), Offset(0), LeaderEpoch(4), 0),
+            l.handle_follower_fetch(NodeId(2), Offset(0), Offset(0), LeaderEpoch(4), 0),
             Err(ReplicaError::FencedLeaderEpoch)
         );
         assert_eq!(
-            l.handle_follower_fetch(NodeId(2), Offset(0), LeaderEpoch(6), 0),
+            l.handle_follower_fetch(NodeId(2), Offset(0), Offset(0), LeaderEpoch(6), 0),
             Err(ReplicaError::UnknownLeaderEpoch)
         );
         assert_eq!(
-            l.handle_follower_fetch(NodeId(2), Offset(11), LeaderEpoch(5), 0),
+            l.handle_follower_fetch(NodeId(2), Offset(11), Offset(11), LeaderEpoch(5), 0),
             Err(ReplicaError::OffsetOutOfRange)
         );
+    }
+
+    /// The HW counts each ISR member's durable end, never its fetch offset: a follower that
+    /// has fetched (and appended) up to 20 but synced only to 12 holds the HW at 12.
+    #[test]
+    fn hw_counts_durable_offsets_only() {
+        let mut l = leader(vec![1, 2, 3]);
+        l.handle_local_leo(Offset(20), 1);
+        l.handle_follower_fetch(NodeId(2), Offset(20), Offset(12), LeaderEpoch(5), 1)
+            .expect("fetch");
+        l.handle_follower_fetch(NodeId(3), Offset(20), Offset(20), LeaderEpoch(5), 1)
+            .expect("fetch");
+        assert_eq!(l.high_watermark(), Offset(12));
+        assert_eq!(l.follower_leo(NodeId(2)), Some(Offset(20)));
+        assert_eq!(l.follower_durable(NodeId(2)), Some(Offset(12)));
+        // The sync completes: a fetch that only carries the newer durable end (the same
+        // fetch offset, no new data) moves the HW at once.
+        let cmds = l
+            .handle_follower_fetch(NodeId(2), Offset(20), Offset(20), LeaderEpoch(5), 2)
+            .expect("fetch");
+        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(Offset(20))]);
+        // A durable end past the fetch offset is capped at it; an older report (reordered)
+        // lowers nothing.
+        l.handle_local_leo(Offset(30), 3);
+        l.handle_follower_fetch(NodeId(2), Offset(25), Offset(40), LeaderEpoch(5), 3)
+            .expect("fetch");
+        assert_eq!(l.follower_durable(NodeId(2)), Some(Offset(25)));
+        l.handle_follower_fetch(NodeId(2), Offset(22), Offset(21), LeaderEpoch(5), 4)
+            .expect("fetch");
+        assert_eq!(l.follower_durable(NodeId(2)), Some(Offset(25)));
+        assert_eq!(l.follower_leo(NodeId(2)), Some(Offset(25)));
+        assert_eq!(
+            l.high_watermark(),
+            Offset(20),
+            "follower 3 is durable at 20"
+        );
+    }
+
+    /// Lag (ISR shrink) is judged by the fetch offset, the HW by the durable end: a follower
+    /// that fetches to the leader's end promptly but whose fsyncs trail stays in the ISR,
+    /// and holds the HW at what it has synced.
+    #[test]
+    fn lag_is_judged_by_fetch_offset_hw_by_durable() {
+        let mut l = leader(vec![1, 2, 3]);
+        for t in (50..=400u64).step_by(50) {
+            let leo = 10 + t as i64;
+            l.handle_local_leo(Offset(leo), t);
+            l.handle_follower_fetch(NodeId(2), Offset(leo), Offset(leo - 5), LeaderEpoch(5), t)
+                .expect("fetch");
+            l.handle_follower_fetch(NodeId(3), Offset(leo), Offset(leo), LeaderEpoch(5), t)
+                .expect("fetch");
+            assert_eq!(l.high_watermark(), Offset(leo - 5), "at {t}");
+        }
+        // Well past the lag time (100 ms) since the durable end last reached the leader's
+        // end, yet the follower fetches at the end: no shrink.
+        assert_eq!(l.handle_tick(400), vec![]);
+        assert!(!l.alter_pending());
+        // A follower that stops fetching is still dropped after the lag time.
+        l.handle_local_leo(Offset(500), 450);
+        l.handle_follower_fetch(NodeId(3), Offset(500), Offset(500), LeaderEpoch(5), 600)
+            .expect("fetch");
+        assert_eq!(
+            l.handle_tick(600),
+            vec![LeaderCommand::AlterIsr {
+                new_isr: nodes(&[1, 3]),
+                leader_epoch: LeaderEpoch(5),
+                partition_epoch: 7
+            }]
+        );
+    }
+
+    /// An out-of-sync follower joins the ISR only once its durable end reaches the HW (and
+    /// the epoch start): a fetch offset there with unsynced bytes below it is not enough.
+    #[test]
+    fn expansion_waits_for_durable_offset() {
+        let mut l = leader(vec![1, 2]);
+        l.handle_follower_fetch(NodeId(2), Offset(10), Offset(10), LeaderEpoch(5), 0)
+            .expect("fetch");
+        assert_eq!(l.high_watermark(), Offset(10));
+        assert_eq!(
+            l.handle_follower_fetch(NodeId(3), Offset(10), Offset(4), LeaderEpoch(5), 1)
+                .expect("fetch"),
+            vec![]
+        );
+        assert!(!l.alter_pending());
+        let cmds = l
+            .handle_follower_fetch(NodeId(3), Offset(10), Offset(10), LeaderEpoch(5), 2)
+            .expect("fetch");
+        assert_eq!(
+            cmds,
+            vec![LeaderCommand::AlterIsr {
+                new_isr: nodes(&[1, 2, 3]),
+                leader_epoch: LeaderEpoch(5),
+                partition_epoch: 7
+            }]
+        );
+    }
+
+    /// A follower that reports no durable end (an older peer: the caller passes the fetch
+    /// offset) behaves as before: its fetch offset counts for the HW and for joining.
+    #[test]
+    fn no_durable_report_counts_fetch_offset() {
+        let mut l = leader(vec![1, 2]);
+        l.handle_local_leo(Offset(20), 1);
+        let cmds = l
+            .handle_follower_fetch(NodeId(2), Offset(20), Offset(20), LeaderEpoch(5), 1)
+            .expect("fetch");
+        assert_eq!(cmds, vec![LeaderCommand::AdvanceHw(Offset(20))]);
+        let cmds = l
+            .handle_follower_fetch(NodeId(3), Offset(20), Offset(20), LeaderEpoch(5), 1)
+            .expect("fetch");
+        assert!(l.alter_pending(), "{cmds:?}");
     }
 }

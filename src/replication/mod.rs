@@ -6,6 +6,7 @@
 //! - [`follower::FollowerState`]: one partition this broker follows — validate the log
 //!   against the leader with OffsetForLeaderEpoch (KIP-101/KIP-279), truncate, fetch.
 //! - [`epoch_cache::EpochCache`]: the leader-epoch cache both of them rely on.
+//! - [`durable_tag`]: the follower's durable end, beside its fetch offset in a Fetch.
 //!
 //! Ids are the newtypes of `protocol::ids`, so they cannot be mixed up: a replica (broker)
 //! id is a `NodeId`, an offset an `Offset`, a leader epoch a `LeaderEpoch`; the partition
@@ -13,6 +14,7 @@
 //! `u64` milliseconds of a monotonic clock the caller passes in. The shard converts at the
 //! storage and wire boundaries. Nothing here reads a clock or touches I/O, which is what lets
 //! `sim.rs` run the whole protocol deterministically.
+pub mod durable_tag;
 pub mod epoch_cache;
 pub mod follower;
 pub mod leader;
@@ -52,9 +54,10 @@ pub enum FollowerCommand {
     /// Drop the whole local log and start it empty at `start` (the leader's log start is
     /// beyond our end, so nothing we hold can be kept).
     TruncateFully { start: Offset },
-    /// Send Fetch from `offset` with the current leader epoch. Append what comes back
-    /// (recording each new batch epoch in the epoch cache), make it durable, then call
-    /// `handle_fetch_response`.
+    /// Send Fetch from `offset` with the current leader epoch, reporting the durable end of
+    /// the local log beside it (`durable_tag`). Append what comes back (recording each new
+    /// batch epoch in the epoch cache), then call `handle_fetch_response`; the fsync follows
+    /// on its own, and a later Fetch reports it.
     Fetch { offset: Offset },
     /// Ask the leader for its log start and end offsets (ListOffsets with the replica id),
     /// then call `handle_log_bounds`.

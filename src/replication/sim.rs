@@ -699,7 +699,8 @@ impl Sim {
         let now = self.now_ms;
         let node = &mut self.nodes[idx(to)];
         let result = match &mut node.role {
-            Role::Leader(l) => l.handle_follower_fetch(from, offset, epoch, now),
+            // The simulated followers fetch only what is durable: both ends are the same.
+            Role::Leader(l) => l.handle_follower_fetch(from, offset, offset, epoch, now),
             _ => Err(ReplicaError::NotLeaderOrFollower),
         };
         match result {

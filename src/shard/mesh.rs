@@ -248,6 +248,7 @@ mod tests {
                 offset: 0,
                 max_bytes: 1,
                 replica_id: 7,
+                durable_offset: 0,
                 current_leader_epoch: -1,
                 isolation: Default::default(),
             }],

@@ -16,6 +16,8 @@ use kafka_protocol::messages::{ApiKey, FetchRequest};
 
 use crate::limits::FETCH_WAIT_MS_MAX;
 use crate::protocol::error::ErrorCode;
+use crate::protocol::ids::Offset;
+use crate::replication::durable_tag;
 use crate::security::acl::AclOperation;
 use crate::server::authz::Authz;
 use crate::server::dispatch::PendingResponse;
@@ -32,6 +34,8 @@ struct Wanted {
     partition: i32,
     target: Result<(usize, TopicPartition), ErrorCode>,
     offset: i64,
+    /// A follower's durable end (`replication::durable_tag`); the fetch offset otherwise.
+    durable_offset: i64,
     max_bytes: usize,
     current_leader_epoch: i32,
 }
@@ -224,6 +228,14 @@ fn resolve(
                         partition: p.partition,
                         target,
                         offset: p.fetch_offset,
+                        // Only a follower's report counts (replica id >= 0, which needs
+                        // CLUSTER_ACTION); tagged fields exist from v12.
+                        durable_offset: if replica_id >= 0 && version >= 12 {
+                            durable_tag::reported(&p.unknown_tagged_fields, Offset(p.fetch_offset))
+                                .get()
+                        } else {
+                            p.fetch_offset
+                        },
                         max_bytes: (p.partition_max_bytes.max(0) as usize).min(fetch_max_bytes),
                         current_leader_epoch: if version >= 9 {
                             p.current_leader_epoch
@@ -267,6 +279,7 @@ async fn read_all(
                             offset: w.offset,
                             max_bytes: w.max_bytes,
                             replica_id,
+                            durable_offset: w.durable_offset,
                             current_leader_epoch: w.current_leader_epoch,
                             isolation,
                         },
@@ -498,6 +511,7 @@ mod tests {
                         partition: 0,
                         target: Err(ErrorCode::UnknownServerError),
                         offset: 0,
+                        durable_offset: 0,
                         max_bytes: 100,
                         current_leader_epoch: -1,
                     },
@@ -505,6 +519,7 @@ mod tests {
                         partition: 1,
                         target: Err(ErrorCode::UnknownServerError),
                         offset: 0,
+                        durable_offset: 0,
                         max_bytes: 100,
                         current_leader_epoch: -1,
                     },

@@ -1,8 +1,8 @@
 //! Fetch on the owner shard: consumers read committed data (below the high watermark) from
 //! the leader, in the leader epoch they name — `read_committed` ones only below the last
 //! stable offset, with the aborted transactions overlapping what they read; followers read
-//! everything and their fetch offset records their log end, which may move the high
-//! watermark. Also the long-poll wait (`wait_for_data`) a Fetch with `max.wait.ms` makes when
+//! everything and their fetch offset records their log end, and the durable end they report
+//! beside it may move the high watermark. Also the long-poll wait (`wait_for_data`) a Fetch with `max.wait.ms` makes when
 //! there is nothing to read yet.
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -21,6 +21,9 @@ pub struct FetchPart {
     /// Kafka's replica id: a follower's node id (>= 0), -1 for consumers, -2 for a
     /// debugging consumer that may read any replica.
     pub replica_id: i32,
+    /// A follower's durable end (`replication::durable_tag`): its fetch offset when it
+    /// reported none. Unused for consumers.
+    pub durable_offset: i64,
     /// The leader epoch the fetcher believes current, or -1 (no check).
     pub current_leader_epoch: i32,
     pub isolation: Isolation,
@@ -164,13 +167,14 @@ async fn fetch_one(ctx: &Rc<ShardCtx>, part: FetchPart, read: bool) -> FetchResu
     // same log.
     let last_stable_offset = p.last_stable_offset();
     let read = if part.replica_id >= 0 {
-        // A follower: its fetch offset is its (durable) log end, which may move our high
-        // watermark; it reads everything we have, committed or not.
+        // A follower: its fetch offset is its log end, and its durable end may move our
+        // high watermark; it reads everything we have, committed or not.
         match replica::on_follower_fetch(
             ctx,
             &part.tp,
             part.replica_id,
             part.offset,
+            part.durable_offset,
             part.current_leader_epoch,
         ) {
             Ok(_) if !read => nothing(),

@@ -25,7 +25,7 @@ use crate::limits::{FETCHER_BACKOFF_MS, METADATA_POLL_MS, PEER_REQUEST_TIMEOUT_M
 use crate::protocol::error::{error_from_code, ErrorCode};
 use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 use crate::replication::follower::FollowerState;
-use crate::replication::{FollowerCommand, ReplicaError};
+use crate::replication::{durable_tag, FollowerCommand, ReplicaError};
 use crate::shard::peer::PeerConnection;
 use crate::shard::ShardCtx;
 use crate::shard::TopicPartition;
@@ -422,13 +422,25 @@ pub(super) async fn send_fetch(
         })
         .collect();
     let mut topics: Vec<FetchTopic> = Vec::new();
+    // Whether some partition has appended records not fsynced yet: the leader learns of
+    // their sync only from a later Fetch.
+    let mut unsynced = false;
     for (w, offset) in &fetches {
-        let part = FetchPartition::default()
+        let mut part = FetchPartition::default()
             .with_partition(w.tp.partition)
             .with_current_leader_epoch(w.leader_epoch.get())
             .with_fetch_offset(offset.get())
             .with_log_start_offset(w.partition.log_start_offset())
             .with_partition_max_bytes(config.replica_fetch_max_bytes);
+        // The fetch offset is our log end, appended but maybe not fsynced: the durable end
+        // goes beside it, and the leader counts only that for its HW (acks=all). Left out
+        // when the two are equal: the leader then takes the fetch offset, as from a
+        // follower without the tag.
+        let durable = Offset(w.partition.reportable_durable_end()).min(*offset);
+        if durable < *offset {
+            durable_tag::put(&mut part.unknown_tagged_fields, durable);
+            unsynced = true;
+        }
         match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
             Some(t) => t.partitions.push(part),
             None => topics.push(
@@ -438,7 +450,16 @@ pub(super) async fn send_fetch(
             ),
         }
     }
-    let wait = config.replica_fetch_wait_max_ms.max(0);
+    // A leader with nothing new holds a fetch up to max.wait.ms, and the durable end this
+    // one reports would then reach it only when the wait ends, however soon our fsync
+    // completes: the HW (and acks=all producers) would stall that long. With unsynced
+    // records the leader answers at once; an empty answer then waits for our fsync
+    // (below) before the next Fetch reports it.
+    let wait = if unsynced {
+        0
+    } else {
+        config.replica_fetch_wait_max_ms.max(0)
+    };
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(ctx.shared.config.node_id))
         .with_max_wait_ms(wait)
@@ -454,11 +475,12 @@ pub(super) async fn send_fetch(
             return false;
         }
     };
-    // Append every partition's records first, then wait for all their fsyncs at once: one
-    // partition's fdatasync at a time made a follower of many partitions fall behind its
-    // leader under load (each sync also waits on the shared journal).
-    // (what was asked, the fetch offset, the last offset appended or -1, the leader's HW)
-    let mut appended: Vec<(&Pending, Offset, i64, Offset)> = Vec::with_capacity(fetches.len());
+    // Each answer is appended (staged; the flusher writes and fsyncs it per the flush
+    // policy) and the next Fetch goes out at once from the new log end, reporting the
+    // durable end beside it: waiting for the fsync before fetching again limited each
+    // follower to replica.fetch.max.bytes per partition per fsync, and fsyncs queue
+    // behind the leaders' on a shared disk (perf/RESULTS-replication.md, 2026-12-02).
+    let mut got_records = false;
     for (w, offset) in &fetches {
         let (w, offset) = (*w, *offset);
         let answer = resp
@@ -483,8 +505,8 @@ pub(super) async fn send_fetch(
         // Append only what answers the request we are waiting on, at our log end: a stale
         // or reordered answer must not be written.
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
-        let mut last_offset = -1;
         if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset.get() {
+            got_records = true;
             // Batches past an offset gap (the leader's log was cleaned) are accepted once the
             // gap bound covering them is durable.
             if let Err(e) = p.prepare_replica_append(&records).await {
@@ -492,46 +514,60 @@ pub(super) async fn send_fetch(
             }
             // A refusal (a batch the leader could not have written, a gap) is logged and the
             // fetch retried like a timeout; nothing of it is appended.
-            match append_fetched(ctx, w, leader, offset, records).await {
-                Ok(out) => last_offset = out.last_offset,
-                Err(e) => {
-                    warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");
-                    let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
-                        s.handle_timeout()
-                    });
-                    run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
-                    continue;
-                }
+            if let Err(e) = append_fetched(ctx, w, leader, offset, records).await {
+                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica append: {e}");
+                let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, _| {
+                    s.handle_timeout()
+                });
+                run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
+                continue;
             }
         }
-        appended.push((w, offset, last_offset, Offset(a.high_watermark)));
-        follow_log_start(&w.tp, p, a.log_start_offset).await;
-    }
-    // Followers report only what is durable: the HW the leader computes from our fetch
-    // offset then never counts bytes a crash could take back.
-    let durable = futures::future::join_all(appended.iter().map(|(w, _, last, _)| async move {
-        if *last < 0 {
-            return true;
-        }
-        match w.partition.wait_durable(*last).await {
-            Ok(_) => true,
-            Err(e) => {
-                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica not durable: {e}");
-                false
-            }
-        }
-    }))
-    .await;
-    for ((w, offset, _, hw), durable) in appended.into_iter().zip(durable) {
-        if !durable {
-            continue;
-        }
+        let hw = Offset(a.high_watermark);
         let cmds = with_follower(ctx, &w.tp, leader, w.leader_epoch, |s, p| {
             s.handle_fetch_response(offset, Offset(p.log_end_offset()), hw)
         });
-        run_follower_commands(ctx, &w.tp, &w.partition, leader, w.leader_epoch, cmds).await;
+        run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
+        follow_log_start(&w.tp, p, a.log_start_offset).await;
+    }
+    if !got_records {
+        await_fsyncs(ctx, &fetches).await;
     }
     true
+}
+
+/// Nothing new came: waits (at most replica.fetch.wait.max.ms) until every partition's
+/// appended records are fsynced, so the next Fetch reports the new durable end and the
+/// leader's HW follows without waiting for the next produce. A partition whose log failed
+/// never syncs: back off rather than ask again at once.
+async fn await_fsyncs(ctx: &Rc<ShardCtx>, fetches: &[(&Pending, Offset)]) {
+    let behind: Vec<&Pending> = fetches
+        .iter()
+        .map(|(w, _)| *w)
+        .filter(|w| w.partition.reportable_durable_end() < w.partition.log_end_offset())
+        .collect();
+    if behind.is_empty() {
+        return;
+    }
+    let clock = &*ctx.shared.clock;
+    let deadline_ms =
+        clock.monotonic_ms() + ctx.shared.config.replica_fetch_wait_max_ms.max(0) as u64;
+    let syncs = futures::future::join_all(behind.iter().map(|w| {
+        let last = w.partition.log_end_offset() - 1;
+        w.partition.wait_durable(last)
+    }));
+    let mut failed = false;
+    if let Some(results) = crate::shard::until(clock, deadline_ms, syncs).await {
+        for (r, w) in results.iter().zip(&behind) {
+            if let Err(e) = r {
+                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica not durable: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        glommio::timer::sleep(Duration::from_millis(FETCHER_BACKOFF_MS)).await;
+    }
 }
 
 /// Appends a fetched answer to the follower's log. When the log has no room (the shard's

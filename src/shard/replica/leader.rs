@@ -25,13 +25,17 @@ pub fn on_local_append(ctx: &Rc<ShardCtx>, tp: &TopicPartition) {
     }
 }
 
-/// A follower's Fetch reached this leader: record its progress. The error is the one the
-/// follower must see. The arguments are the request's wire numbers.
+/// A follower's Fetch reached this leader: record its progress, its log end
+/// (`fetch_offset`) and its durable end (`durable_offset`, `replication::durable_tag`). The
+/// error is the one the follower must see. The arguments are the request's wire numbers.
+/// A newer durable end moves the HW here, before the fetch waits for data, so acks=all
+/// produces it completes are answered at once, not when the long poll ends.
 pub fn on_follower_fetch(
     ctx: &Rc<ShardCtx>,
     tp: &TopicPartition,
     replica: i32,
     fetch_offset: i64,
+    durable_offset: i64,
     current_leader_epoch: i32,
 ) -> Result<i64, ErrorCode> {
     let now = ctx.shared.clock.monotonic_ms();
@@ -42,6 +46,7 @@ pub fn on_follower_fetch(
         match s.handle_follower_fetch(
             NodeId(replica),
             Offset(fetch_offset),
+            Offset(durable_offset),
             LeaderEpoch(current_leader_epoch),
             now,
         ) {
@@ -53,7 +58,7 @@ pub fn on_follower_fetch(
         }
         cmds
     });
-    debug!(topic = %tp.topic, partition = tp.partition, replica, fetch_offset, ?outcome, "follower fetch");
+    debug!(topic = %tp.topic, partition = tp.partition, replica, fetch_offset, durable_offset, ?outcome, "follower fetch");
     if let Some((p, cmds)) = cmds {
         run_leader_commands(ctx, tp, &p, cmds);
     }

@@ -474,6 +474,17 @@ impl Partition {
         self.inner.borrow().durable_offset
     }
 
+    /// The end a follower reports to its leader as durable: the fsynced end under the Sync
+    /// flush policy; under the others nothing is promised to be synced, so the log end (the
+    /// leader then counts what the follower has, as Kafka's does).
+    pub fn reportable_durable_end(&self) -> i64 {
+        let inner = self.inner.borrow();
+        match inner.config.flush_policy {
+            FlushPolicy::Sync => inner.durable_offset.min(inner.next_offset),
+            _ => inner.next_offset,
+        }
+    }
+
     pub fn hw_mode(&self) -> HwMode {
         self.inner.borrow().hw_mode
     }
