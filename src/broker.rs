@@ -174,6 +174,10 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     );
     // Validated with the rest of the config; built once, shared by every shard.
     let authorizer = config.acl_authorizer()?.map(Arc::new);
+    // The certificate files are read here, so a bad one stops the start.
+    let peer_security = crate::shard::peer::PeerSecurity::from_config(&config, &listeners)
+        .map(Arc::new)
+        .map_err(|message| StartError::Tls { message })?;
     let shared = Arc::new(Shared {
         authorizer,
         quota_rates,
@@ -189,6 +193,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         disk,
         clock,
         open_dirs: Default::default(),
+        peer_security,
     });
     let builder: Builder =
         glommio::channels::channel_mesh::MeshBuilder::full(nr_shards, MESH_CHANNEL_CAPACITY);

@@ -109,6 +109,19 @@ pub struct Config {
     /// Static PLAIN users, `user:password,...` (Kafka's `user_<name>="<password>"` in the
     /// PlainLoginModule's JAAS section): how the first admin gets in.
     pub sasl_plain_users: String,
+    /// Kafka's sasl.mechanism.inter.broker.protocol: the mechanism this broker logs in with
+    /// on another broker's inter-broker listener when that listener is SASL_PLAINTEXT or
+    /// SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (it must be in
+    /// `sasl_enabled_mechanisms`).
+    pub sasl_mechanism_inter_broker_protocol: String,
+    /// The user this broker logs in as on the inter-broker listener (Kafka puts it in that
+    /// listener's JAAS `username`). Put `User:<it>` in `super_users`: replica fetches and
+    /// transaction markers need CLUSTER_ACTION. Needed in a cluster whose inter-broker
+    /// listener uses SASL.
+    pub inter_broker_sasl_username: String,
+    /// Its password (a PLAIN user in `sasl_plain_users`, or a SCRAM credential). Never
+    /// logged.
+    pub inter_broker_sasl_password: String,
     /// Kafka's connection.failed.authentication.delay.ms: a failed authentication is
     /// answered this late, then the connection closed, to slow password guessing.
     pub connection_failed_authentication_delay_ms: u64,
@@ -339,6 +352,9 @@ impl Default for Config {
             max_connections_per_ip: 10_000,
             sasl_enabled_mechanisms: "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".into(),
             sasl_plain_users: String::new(),
+            sasl_mechanism_inter_broker_protocol: "PLAIN".into(),
+            inter_broker_sasl_username: String::new(),
+            inter_broker_sasl_password: String::new(),
             authorizer: String::new(),
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
@@ -774,20 +790,55 @@ impl Config {
         }
         crate::security::PrincipalMapper::parse(&self.ssl_principal_mapping_rules)
             .map_err(|e| invalid("ssl_principal_mapping_rules", e.to_string()))?;
-        // Brokers reach each other on the inter-broker listener with a plaintext client
-        // (`shard::peer`); until that client speaks TLS and SASL, a cluster needs that
-        // listener to be PLAINTEXT. A single node has no peers, whatever its listeners.
+        // Brokers reach each other on the inter-broker listener as Kafka's do (`shard::peer`):
+        // refuse what cannot work there. A single node has no peers, whatever its listeners.
         let has_peers = voters.len() > 1 || !roles.controller;
         let inter_broker = listeners
             .inter_broker_endpoint()
             .map(|l| l.security_protocol)
             .unwrap_or(crate::security::SecurityProtocol::Plaintext);
-        if has_peers && inter_broker != crate::security::SecurityProtocol::Plaintext {
+        let mechanism = self
+            .inter_broker_sasl_mechanism()
+            .map_err(|m| invalid("sasl_mechanism_inter_broker_protocol", m))?;
+        if has_peers && inter_broker.uses_sasl() {
+            for (key, value) in [
+                (
+                    "inter_broker_sasl_username",
+                    &self.inter_broker_sasl_username,
+                ),
+                (
+                    "inter_broker_sasl_password",
+                    &self.inter_broker_sasl_password,
+                ),
+            ] {
+                if value.is_empty() {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "needed: the inter-broker listener {} is {inter_broker}, and \
+                             brokers log in on it",
+                            listeners.inter_broker
+                        ),
+                    ));
+                }
+            }
+            if !self
+                .sasl_mechanisms()
+                .unwrap_or_default()
+                .contains(&mechanism)
+            {
+                return Err(invalid(
+                    "sasl_mechanism_inter_broker_protocol",
+                    format!("{mechanism} is not in sasl_enabled_mechanisms"),
+                ));
+            }
+        }
+        if has_peers && inter_broker.uses_tls() && self.ssl_truststore_location.is_empty() {
             return Err(invalid(
-                "inter_broker_listener_name",
+                "ssl_truststore_location",
                 format!(
-                    "the inter-broker listener {} is {inter_broker}: brokers reach each \
-                     other in PLAINTEXT only for now; add a PLAINTEXT listener for them",
+                    "needed: the inter-broker listener {} is {inter_broker}, and brokers \
+                     check each other's certificates against it",
                     listeners.inter_broker
                 ),
             ));
@@ -807,6 +858,24 @@ impl Config {
     }
 
     /// The metrics listener's address, if it is on.
+    /// `sasl_mechanism_inter_broker_protocol`, parsed: a mechanism a broker has a password
+    /// for (not OAUTHBEARER, whose tokens Strata's brokers do not fetch).
+    pub fn inter_broker_sasl_mechanism(&self) -> Result<crate::security::sasl::Mechanism, String> {
+        use crate::security::sasl::Mechanism;
+        let name = self.sasl_mechanism_inter_broker_protocol.trim();
+        match Mechanism::from_name(name) {
+            Some(Mechanism::OAuthBearer) => Err(
+                "OAUTHBEARER is not supported between brokers: use PLAIN, SCRAM-SHA-256 or \
+                 SCRAM-SHA-512"
+                    .into(),
+            ),
+            Some(m) => Ok(m),
+            None => Err(format!(
+                "unknown SASL mechanism `{name}` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+            )),
+        }
+    }
+
     /// `sasl_enabled_mechanisms`, parsed, in the order given (SaslHandshake lists them so).
     pub fn sasl_mechanisms(&self) -> Result<Vec<crate::security::sasl::Mechanism>, String> {
         let mut out = Vec::new();
@@ -1735,6 +1804,79 @@ mod tests {
                 "{bad:?}: {err:?}"
             );
         }
+    }
+
+    /// A cluster whose inter-broker listener uses SASL needs the broker's credentials and
+    /// a mechanism it can log in with; TLS needs a truststore. A single node needs neither.
+    #[test]
+    fn inter_broker_security_settings() {
+        let load = |vars: &[(&str, &str)]| {
+            let mut env = vec![
+                ("STRATA_NODE_ID", "1"),
+                ("STRATA_LISTENERS", "SASL_PLAINTEXT://127.0.0.1:19092"),
+                ("STRATA_CONTROLLER_LISTEN", "127.0.0.1:19093"),
+                (
+                    "STRATA_CONTROLLER_VOTERS",
+                    "1@127.0.0.1:19093,2@127.0.0.1:19094,3@127.0.0.1:19095",
+                ),
+            ];
+            env.extend_from_slice(vars);
+            let env = env.into_iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            Config::load(None, env, &Overrides::default())
+        };
+        let refused = |vars: &[(&str, &str)], setting: &str| {
+            let err = load(vars);
+            assert!(
+                matches!(&err, Err(ConfigError::Invalid { key, .. }) if key == setting),
+                "{vars:?}: {err:?}"
+            );
+        };
+        refused(&[], "inter_broker_sasl_username");
+        refused(
+            &[("STRATA_INTER_BROKER_SASL_USERNAME", "broker")],
+            "inter_broker_sasl_password",
+        );
+        let creds = [
+            ("STRATA_INTER_BROKER_SASL_USERNAME", "broker"),
+            ("STRATA_INTER_BROKER_SASL_PASSWORD", "s3cret"),
+        ];
+        let c = load(&creds).expect("SASL_PLAINTEXT between brokers with credentials");
+        assert_eq!(
+            c.inter_broker_sasl_mechanism(),
+            Ok(crate::security::sasl::Mechanism::Plain)
+        );
+        let with = |extra: (&'static str, &'static str)| {
+            let mut v = creds.to_vec();
+            v.push(extra);
+            v
+        };
+        let scram = with((
+            "STRATA_SASL_MECHANISM_INTER_BROKER_PROTOCOL",
+            "SCRAM-SHA-512",
+        ));
+        load(&scram).expect("SCRAM-SHA-512");
+        refused(
+            &with(("STRATA_SASL_MECHANISM_INTER_BROKER_PROTOCOL", "OAUTHBEARER")),
+            "sasl_mechanism_inter_broker_protocol",
+        );
+        let mut not_enabled = scram.clone();
+        not_enabled.push(("STRATA_SASL_ENABLED_MECHANISMS", "PLAIN"));
+        refused(&not_enabled, "sasl_mechanism_inter_broker_protocol");
+        // TLS between brokers: the other brokers' certificates need a truststore.
+        let mut tls = creds.to_vec();
+        tls.extend([
+            ("STRATA_LISTENERS", "SASL_SSL://127.0.0.1:19092"),
+            ("STRATA_SSL_CERTIFICATE_LOCATION", "/x/broker.pem"),
+            ("STRATA_SSL_KEY_LOCATION", "/x/broker.key"),
+        ]);
+        refused(&tls, "ssl_truststore_location");
+        tls.push(("STRATA_SSL_TRUSTSTORE_LOCATION", "/x/ca.pem"));
+        load(&tls).expect("SASL_SSL between brokers");
+        // A single node has no peers: no credentials needed.
+        let env = [("STRATA_LISTENERS", "SASL_PLAINTEXT://127.0.0.1:19092")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::load(None, env, &Overrides::default()).expect("single node");
     }
 
     /// The documented config file parses and matches the built-in defaults.

@@ -145,6 +145,11 @@ pub const PEER_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Pause before a replica fetcher retries after an error (connection refused, timeout).
 pub const FETCHER_BACKOFF_MS: u64 = 200;
 
+/// A replica fetcher whose connection fails for its security settings (a certificate not
+/// trusted, credentials refused) retries every `FETCHER_BACKOFF_MS` but says so at warn at
+/// most this often, so the log shows the cause without a line every retry.
+pub const PEER_SECURITY_WARN_INTERVAL_MS: u64 = 10_000;
+
 /// Longest syslog message or HTTP line `syslog_message_max_bytes` may allow: a record must
 /// fit a batch under the default `message.max.bytes` with room for its headers.
 pub const INGEST_MESSAGE_BYTES_MAX: usize = 512 * 1024;

@@ -120,7 +120,7 @@ impl Connection {
     /// Authenticates with SASL (SaslHandshake v1, then SaslAuthenticate), as a client must
     /// on a SASL_PLAINTEXT listener before anything else. SCRAM checks the server's signature.
     pub fn authenticate(&mut self, login: &SaslLogin) -> Result<()> {
-        use crate::security::sasl::{oauthbearer, plain, Mechanism, ScramClient};
+        use crate::security::sasl::{nonce_from, ClientStep, SaslClientExchange};
         let addr = self.addr.clone();
         let broker_err = |context: &str, code: i16, message: Option<String>| ClientError::Broker {
             context: format!("{context} with {addr}"),
@@ -147,36 +147,22 @@ impl Connection {
             }
             Ok(response.auth_bytes)
         };
-        match login.mechanism {
-            Mechanism::Plain => {
-                exchange(
-                    self,
-                    plain::client_message(&login.username, &login.password),
-                )?;
-            }
-            Mechanism::Scram(m) => {
-                let nonce = crate::security::sasl::nonce_from(&mut rand::thread_rng(), 24);
-                let mut client = ScramClient::new(m, &login.username, &login.password, &nonce);
-                let server_first = exchange(self, client.client_first())?;
-                let client_final = client
-                    .client_final(&server_first)
-                    .map_err(|e| broker_err("SASL authentication", -1, Some(e.to_string())))?;
-                let server_final = exchange(self, client_final)?;
-                client
-                    .verify_server_final(&server_final)
-                    .map_err(|e| broker_err("SASL authentication", -1, Some(e.to_string())))?;
-            }
-            // The password is the token. A refused token is answered with an error
-            // challenge (RFC 7628): acknowledging it with 0x01 brings the broker's failure.
-            Mechanism::OAuthBearer => {
-                let challenge = exchange(self, oauthbearer::client_first(&login.password))?;
-                if !challenge.is_empty() {
-                    exchange(self, vec![0x01])?;
-                    return Err(broker_err(
-                        "SASL authentication",
-                        -1,
-                        Some(String::from_utf8_lossy(&challenge).into_owned()),
-                    ));
+        let nonce = nonce_from(&mut rand::thread_rng(), 24);
+        let mut client =
+            SaslClientExchange::new(login.mechanism, &login.username, &login.password, &nonce);
+        let sasl_err = |e: crate::security::sasl::SaslError| {
+            broker_err("SASL authentication", -1, Some(e.to_string()))
+        };
+        let mut token = client.first().map_err(sasl_err)?;
+        loop {
+            let answer = exchange(self, token)?;
+            match client.answer(&answer).map_err(sasl_err)? {
+                ClientStep::Send(next) => token = next,
+                ClientStep::Done => break,
+                // The acknowledgement brings the broker's failure (an error above).
+                ClientStep::Refused { ack, challenge } => {
+                    exchange(self, ack)?;
+                    return Err(broker_err("SASL authentication", -1, Some(challenge)));
                 }
             }
         }

@@ -122,3 +122,31 @@ pub fn server_config(
         .map_err(|e| TlsError::Key(format!("does not fit the certificate: {e}")))?;
     Ok(Arc::new(config))
 }
+
+/// Builds the configuration of a TLS client (a broker reaching another on a TLS
+/// inter-broker listener): TLS 1.2 and 1.3, the server checked against `truststore_pem`
+/// and its name (Kafka's default `ssl.endpoint.identification.algorithm=https`), and
+/// `identity` (certificate chain PEM, key PEM) offered when the server asks for a client
+/// certificate, as Kafka's broker offers its own keystore.
+pub fn client_config(
+    truststore_pem: &[u8],
+    identity: Option<(&[u8], &[u8])>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let roots = root_store(truststore_pem).map_err(TlsError::Truststore)?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((certificate_pem, key_pem)) => {
+            let chain = certificates(certificate_pem).map_err(TlsError::Certificate)?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem)
+                .map_err(|e| TlsError::Key(format!("no PEM private key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| TlsError::Key(format!("does not fit the certificate: {e}")))?
+        }
+    };
+    Ok(Arc::new(config))
+}

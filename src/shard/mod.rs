@@ -79,6 +79,9 @@ pub struct Shared {
     pub authorizer: Option<Arc<crate::security::acl::Authorizer>>,
     /// Partition directories an open log holds, broker-wide (see `claim_dir`).
     pub open_dirs: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    /// How connections to the other brokers are secured (the inter-broker listener's TLS
+    /// and SASL), shared by every shard's peer connections.
+    pub peer_security: Arc<peer::PeerSecurity>,
 }
 
 impl Shared {

@@ -24,7 +24,7 @@ use kafka_protocol::messages::add_partitions_to_txn_request::{
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, ProducerId, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::peer::PeerConnection;
 use super::{txns, ShardCtx, TopicPartition};
@@ -178,11 +178,16 @@ async fn remote_round(ctx: &Rc<ShardCtx>, node: NodeId, txns: Vec<VerifyTxn>) ->
                 }
             };
             let me = ctx.shared.catalog.load().local_node;
-            match PeerConnection::connect(&addr, &format!("strata-txn-verify-{me}"), timeout).await
-            {
+            let client_id = format!("strata-txn-verify-{me}");
+            let security = &ctx.shared.peer_security;
+            match PeerConnection::connect(security, &addr, &client_id, timeout).await {
                 Ok(c) => c,
                 Err(e) => {
-                    debug!(node, "transaction verification: {e}");
+                    if e.is_security() {
+                        warn!(node, "transaction verification: {e}");
+                    } else {
+                        debug!(node, "transaction verification: {e}");
+                    }
                     return NodeResult::Failed(ErrorCode::NetworkException);
                 }
             }

@@ -603,6 +603,7 @@ async fn remote_markers(
             .with_topics(topics)]);
     let me = ctx.shared.catalog.load().local_node;
     let mut conn = PeerConnection::connect(
+        &ctx.shared.peer_security,
         &addr,
         &format!("strata-txn-markers-{me}"),
         MARKER_REQUEST_TIMEOUT,

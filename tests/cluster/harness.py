@@ -118,6 +118,9 @@ class Node:
         # Kafka's `listeners` for this node instead of its single PLAINTEXT `address` (set
         # before start; its PLAINTEXT listener should stay at `address`).
         self.listeners: str | None = None
+        # How wait_listening asks the Kafka listener (address -> raises until it answers);
+        # None: ApiVersions in cleartext (a TLS-only node needs a TLS probe).
+        self.probe: Callable[[str], object] | None = None
         self.starts = 0
         self.paused = False
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -185,7 +188,7 @@ class Node:
                                    f"before listening:\n{self.log_tail()}")
             try:
                 if self.is_broker:
-                    kproto.api_versions(self.address, timeout_s=2.0)
+                    (self.probe or (lambda a: kproto.api_versions(a, timeout_s=2.0)))(self.address)
                 else:
                     socket.create_connection((self.host, self.controller_port), timeout=2.0).close()
                 return
@@ -263,6 +266,9 @@ class Cluster:
         self.controller = controller
         self.net = net
         self.faults: list[dict] = []  # every fault injected, for the run summary
+        # Extra client settings for admin() (security.protocol, sasl.*, ssl.*): a cluster
+        # whose listeners need them.
+        self.client_conf: dict[str, str] = {}
         node_env = {**(CLUSTER_ENV if controller else {}), **(env or {})}
         self.node_env = node_env
         roles = roles or {}
@@ -388,7 +394,8 @@ class Cluster:
 
     def admin(self, bootstrap: str | None = None, socket_timeout_ms: int = 3000) -> AdminClient:
         return AdminClient({"bootstrap.servers": bootstrap or self.live_bootstrap(),
-                            "socket.timeout.ms": socket_timeout_ms, "reconnect.backoff.max.ms": 500})
+                            "socket.timeout.ms": socket_timeout_ms, "reconnect.backoff.max.ms": 500,
+                            **self.client_conf})
 
     def reachable_brokers(self) -> list[Node]:
         """Brokers a client can talk to now: running, not paused, not isolated."""

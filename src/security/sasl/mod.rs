@@ -7,6 +7,7 @@
 //! error. Every parse of client bytes returns a typed `SaslError`; nothing here panics on
 //! what a client sends (proved by the property test in `scram.rs`). Secrets never appear in
 //! an error's message, so errors can be logged as they are.
+pub mod client;
 pub mod jwt;
 pub mod oauthbearer;
 pub mod plain;
@@ -15,6 +16,7 @@ pub mod scram;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use client::{ClientStep, SaslClientExchange};
 pub use jwt::{JwtError, JwtValidator, ValidToken};
 pub use scram::{ScramClient, ScramCredential, ScramMechanism};
 

@@ -21,7 +21,9 @@ use tracing::{debug, info, warn};
 
 use super::Role;
 use crate::cluster::catalog::Catalog;
-use crate::limits::{FETCHER_BACKOFF_MS, METADATA_POLL_MS, PEER_REQUEST_TIMEOUT_MS};
+use crate::limits::{
+    FETCHER_BACKOFF_MS, METADATA_POLL_MS, PEER_REQUEST_TIMEOUT_MS, PEER_SECURITY_WARN_INTERVAL_MS,
+};
 use crate::protocol::error::{error_from_code, ErrorCode};
 use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 use crate::replication::follower::FollowerState;
@@ -215,6 +217,7 @@ pub(super) async fn run_follower_commands(
 pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
     let me = ctx.shared.config.node_id;
     let mut conn: Option<PeerConnection> = None;
+    let mut security_warned: Option<std::time::Instant> = None;
     let backoff = Duration::from_millis(FETCHER_BACKOFF_MS);
     info!(shard = ctx.id, %leader, "replica fetcher started");
     loop {
@@ -238,6 +241,7 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
                 continue;
             };
             match PeerConnection::connect(
+                &ctx.shared.peer_security,
                 &addr,
                 &format!("strata-replica-{me}"),
                 Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
@@ -245,6 +249,20 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
             .await
             {
                 Ok(c) => conn = Some(c),
+                // Certificates or credentials that do not work are the operator's to
+                // mend: said at warn, once per `PEER_SECURITY_WARN_INTERVAL_MS` per
+                // fetcher (a retry comes every backoff); the network's failures at debug.
+                Err(e) if e.is_security() => {
+                    let due = security_warned.is_none_or(|at: std::time::Instant| {
+                        at.elapsed() >= Duration::from_millis(PEER_SECURITY_WARN_INTERVAL_MS)
+                    });
+                    if due {
+                        security_warned = Some(std::time::Instant::now());
+                        warn!(%leader, "replica fetcher cannot connect: {e}");
+                    }
+                    glommio::timer::sleep(backoff).await;
+                    continue;
+                }
                 Err(e) => {
                     debug!(%leader, "replica fetcher cannot connect: {e}");
                     glommio::timer::sleep(backoff).await;
