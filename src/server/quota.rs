@@ -211,8 +211,9 @@ impl Throttle {
 /// dispatch took plus the time spent polling its response future (CPU on the shard, not the
 /// time it waited for durability or a long poll), recorded when the response is ready. The
 /// throttle it earns mutes the channel once the response is written (KIP-219) and is put
-/// in the response's `throttle_time_ms` (raised in the encoded frame, every API that has the
-/// field at a fixed place: `protocol::throttle`), so the client also knows to back off.
+/// in the response's `throttle_time_ms` (raised in the encoded frame, every API whose field
+/// `protocol::throttle` can find, Produce included), so the client also knows to back off.
+/// Both the mute and the field take the larger of this and a byte-rate throttle.
 pub fn metered(
     pending: PendingResponse,
     response: (ApiKey, i16),
@@ -267,20 +268,31 @@ impl Future for Metered {
     }
 }
 
-/// Puts `ms` in the `throttle_time_ms` of an encoded response (its first chunk holds the
-/// header and the field), unless a larger throttle is already there. Runs only for a
-/// throttled response: it copies that chunk.
+/// Puts `ms` in the `throttle_time_ms` of an encoded response, unless a larger throttle
+/// is already there (Produce's and Fetch's byte-rate throttles: the answer carries the
+/// larger, as Kafka's). The field is in the first chunk (the header and the body's first
+/// fields), or for Produce at the end of its one chunk. Runs only for a throttled
+/// response: it copies that chunk.
 fn show_throttle(api: ApiKey, version: i16, chunks: &mut [Bytes], ms: u64) {
-    let Some(first) = chunks.first_mut() else {
-        return;
-    };
-    if crate::protocol::throttle::offset(api, version).is_none() {
+    if !crate::protocol::throttle::has_field(api, version) {
         return;
     }
-    let mut frame = BytesMut::from(&first[..]);
+    let chunk = if crate::protocol::throttle::is_last(api) {
+        // Found from the end, the frame must be whole to tell the header from the body.
+        match chunks {
+            [only] => only,
+            _ => return,
+        }
+    } else {
+        let Some(first) = chunks.first_mut() else {
+            return;
+        };
+        first
+    };
+    let mut frame = BytesMut::from(&chunk[..]);
     let ms = i32::try_from(ms).unwrap_or(i32::MAX);
     if crate::protocol::throttle::raise(api, version, &mut frame, ms) {
-        *first = frame.freeze();
+        *chunk = frame.freeze();
     }
 }
 

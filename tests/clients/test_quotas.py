@@ -350,3 +350,96 @@ def test_request_quota_throttles_other_apis(broker):
         assert wait_s >= 0.5 * throttle / 1000, (api, throttle, wait_s)
     n, throttle, _ = flood(broker.bootstrap, "free", API_METADATA, 3, 2)
     assert throttle == 0 and n > 10, (n, throttle)
+
+
+# --- both at once: the answer carries the larger throttle (KIP-124 beside KIP-13) ------------
+
+API_PRODUCE = 0
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def produce_v9(correlation_id: int, client_id: str, topic: str, batch: bytes) -> bytes:
+    """A framed Produce v9 (flexible: request header v2, compact strings, tagged fields) of
+    one batch to partition 0, acks=1."""
+    header = (struct.pack(">hhi", API_PRODUCE, 9, correlation_id) + kproto.kstring(client_id)
+              + b"\0")
+    name = topic.encode()
+    body = (b"\0" + struct.pack(">hi", 1, 10_000)  # null transactional id, acks, timeout
+            + uvarint(2) + uvarint(len(name) + 1) + name
+            + uvarint(2) + struct.pack(">i", 0) + uvarint(len(batch) + 1) + batch + b"\0"
+            + b"\0" + b"\0")
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def produce_throttle(sock, correlation_id: int) -> int:
+    """Reads one Produce v9 answer; returns its throttle_time_ms (the body's last field,
+    before its empty tagged fields) after checking the partition was written."""
+    corr, resp = kproto.recv_response(sock)
+    assert corr == correlation_id
+    assert resp[-1] == 0, resp
+    (throttle,) = struct.unpack(">i", resp[-5:-1])
+    return throttle
+
+
+def test_produce_and_fetch_answers_carry_the_larger_of_byte_and_request_throttles(broker):
+    """Proves a client under both a byte-rate quota and request_percentage gets, in Produce
+    (v9, flexible) and Fetch (v4) answers, the larger of the two throttles, as Kafka's
+    KafkaApis does (KIP-124: both recorded, max answered), and is muted that long (KIP-219):
+    - client "req" (request_percentage=1, byte rates of 1 GB/s it never nears) flooding small
+      Produce requests, then Fetch requests, gets throttle_time_ms in (0, 1000] (the request
+      throttle, bounded by the 1 s window); Produce answers used to carry 0 there;
+    - client "bytes" (request_percentage=1, producer_byte_rate=20000) sending 300 KB gets a
+      throttle above 1000 ms (the byte-rate one, larger than any request throttle), and its
+      next answer comes no sooner than about that."""
+    from common import create_topic
+
+    topic = "quota-both"
+    create_topic(broker.bootstrap, topic, 1)
+    strata("quota", "set", "--bootstrap", broker.bootstrap, "--client-id", "req",
+           "--config", "request_percentage=1", "--config", "producer_byte_rate=1000000000",
+           "--config", "consumer_byte_rate=1000000000")
+    strata("quota", "set", "--bootstrap", broker.bootstrap, "--client-id", "bytes",
+           "--config", "request_percentage=1", "--config", "producer_byte_rate=20000")
+    time.sleep(1)
+    small = kproto.record_batch([(None, b"r" * 100)] * 20)
+    with kproto.connect(broker.bootstrap, timeout_s=30) as s:
+        deadline = time.monotonic() + 30
+        n, throttle = 0, 0
+        while throttle == 0 and time.monotonic() < deadline:
+            n += 1
+            s.sendall(produce_v9(n, "req", topic, small))
+            throttle = produce_throttle(s, n)
+        print(f"produce: request throttle {throttle} ms after {n} requests")
+        assert 0 < throttle <= 1000, (throttle, n)
+    n, throttle, wait_s = 0, 0, 0.0
+    body = kproto.fetch_v4_body(topic, 0, 0, 1 << 20, 1 << 20)
+    with kproto.connect(broker.bootstrap, timeout_s=30) as s:
+        deadline = time.monotonic() + 30
+        while throttle == 0 and time.monotonic() < deadline:
+            n += 1
+            s.sendall(kproto.request(kproto.API_FETCH, 4, n, body, client_id="req"))
+            corr, resp = kproto.recv_response(s)
+            assert corr == n
+            (throttle,) = struct.unpack(">i", resp[:4])
+        print(f"fetch: request throttle {throttle} ms after {n} requests")
+        assert 0 < throttle <= 1000, (throttle, n)
+    big = kproto.record_batch([(None, b"b" * 1000)] * 300)
+    with kproto.connect(broker.bootstrap, timeout_s=60) as s:
+        s.sendall(produce_v9(1, "bytes", topic, big))
+        throttle = produce_throttle(s, 1)
+        received = time.monotonic()
+        s.sendall(produce_v9(2, "bytes", topic, small))
+        produce_throttle(s, 2)
+        wait_s = time.monotonic() - received
+    print(f"produce: byte-rate throttle {throttle} ms; next answer after {wait_s:.3f} s")
+    assert throttle > 1000, throttle
+    assert wait_s >= 0.5 * throttle / 1000, (throttle, wait_s)
