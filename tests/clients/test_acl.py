@@ -251,6 +251,113 @@ def sasl_plain_socket(bootstrap: str, who) -> socket.socket:
     return sock
 
 
+API_CREATE_TOPICS = 19
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_uvarint(b: bytes, pos: int) -> tuple[int, int]:
+    n, shift = 0, 0
+    while True:
+        byte = b[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return n, pos
+
+
+def _compact_str(s: str) -> bytes:
+    raw = s.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
+def raw_create_topic_v5(bootstrap: str, who, topic: str) -> dict:
+    """CreateTopics v5 (flexible) of `topic` (1 partition, replication factor 1) on a
+    connection authenticated as `who`, decoded by hand (no client library shows KIP-525's
+    topic_config_error_code): its error code, topic_config_error_code (tag 0), partition
+    count, replication factor and whether configs came back."""
+    header = struct.pack(">hhi", API_CREATE_TOPICS, 5, 3) + kproto.kstring("strata-tests") + b"\0"
+    body = (_uvarint(2) + _compact_str(topic) + struct.pack(">ih", 1, 1)
+            + _uvarint(1) + _uvarint(1) + b"\0"  # no assignments, no configs, no tags
+            + struct.pack(">ib", 30_000, 0) + b"\0")
+    payload = header + body
+    with sasl_plain_socket(bootstrap, who) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        _, resp = kproto.recv_response(sock)
+    pos = 1 + 4  # response header tags, throttle_time_ms
+    n, pos = _read_uvarint(resp, pos)
+    assert n == 2, n
+    ln, pos = _read_uvarint(resp, pos)
+    assert resp[pos:pos + ln - 1].decode() == topic
+    pos += ln - 1
+    (error,) = struct.unpack_from(">h", resp, pos)
+    pos += 2
+    ln, pos = _read_uvarint(resp, pos)
+    pos += max(ln - 1, 0)
+    partitions, rf = struct.unpack_from(">ih", resp, pos)
+    pos += 6
+    nconfigs, pos = _read_uvarint(resp, pos)
+    for _ in range(max(nconfigs - 1, 0)):
+        for _ in range(2):  # name, value
+            ln, pos = _read_uvarint(resp, pos)
+            pos += max(ln - 1, 0)
+        pos += 3  # read_only, config_source, is_sensitive
+        ntags, pos = _read_uvarint(resp, pos)
+        assert ntags == 0
+    config_error = 0
+    ntags, pos = _read_uvarint(resp, pos)
+    for _ in range(ntags):
+        tag, pos = _read_uvarint(resp, pos)
+        size, pos = _read_uvarint(resp, pos)
+        if tag == 0:
+            (config_error,) = struct.unpack_from(">h", resp, pos)
+        pos += size
+    return {"error": error, "config error": config_error, "partitions": partitions,
+            "replication factor": rf, "configs": nconfigs > 1}
+
+
+def create_topics_configs_scenario(bootstrap: str) -> dict:
+    """Alice may CREATE topics prefixed mine-, and DESCRIBE_CONFIGS only mine-shown: what
+    CreateTopics v5 answers her for mine-hidden and mine-shown (KIP-525), and whether both
+    were made. Run unchanged against Strata and Kafka."""
+    create_acls(bootstrap, ADMIN, [
+        acl("User:alice", ResourceType.TOPIC, "mine-", AclOperation.CREATE,
+            pattern=ResourcePatternType.PREFIXED),
+        acl("User:alice", ResourceType.TOPIC, "mine-shown", AclOperation.DESCRIBE_CONFIGS),
+    ])
+    time.sleep(1)
+    seen = {t: raw_create_topic_v5(bootstrap, ALICE, t) for t in ("mine-hidden", "mine-shown")}
+    seen["denied"] = raw_create_topic_v5(bootstrap, ALICE, "other")
+    time.sleep(1)
+    made = AdminClient(conf(bootstrap, ADMIN)).list_topics(timeout=10).topics
+    seen["made"] = sorted(t for t in ("mine-hidden", "mine-shown", "other") if t in made)
+    return seen
+
+
+def test_create_topics_shows_configs_only_with_describe_configs(acl_broker):
+    """CreateTopics v5+ (KIP-525) as Kafka answers it under ACLs: alice, allowed CREATE on
+    mine-*, creates mine-hidden and mine-shown; for mine-shown, which she may
+    DESCRIBE_CONFIGS, the answer carries the partition count, replication factor and
+    configs; for mine-hidden only topic_config_error_code = TOPIC_AUTHORIZATION_FAILED (counts
+    -1, no configs), and the topic is made all the same. A topic she may not create is
+    TOPIC_AUTHORIZATION_FAILED and not made."""
+    seen = create_topics_configs_scenario(acl_broker.bootstrap)
+    assert seen["mine-shown"] == {"error": 0, "config error": 0, "partitions": 1,
+                                  "replication factor": 1, "configs": True}, seen
+    assert seen["mine-hidden"] == {"error": 0, "config error": TOPIC_AUTHORIZATION_FAILED,
+                                   "partitions": -1, "replication factor": -1, "configs": False}, seen
+    assert seen["denied"]["error"] == TOPIC_AUTHORIZATION_FAILED, seen
+    assert seen["made"] == ["mine-hidden", "mine-shown"], seen
+
+
 def test_client_claiming_replica_id_is_refused(acl_broker):
     """Fetch with replica_id 1 from alice, who may READ the topic but has no CLUSTER_ACTION:
     TOPIC_AUTHORIZATION_FAILED and no data (as Kafka), while her consumer fetch (-1) reads."""
@@ -379,6 +486,7 @@ def acl_scenario(bootstrap: str) -> dict:
     ])
     time.sleep(1)
     probe("after")
+    seen["create topics v5"] = create_topics_configs_scenario(bootstrap)
     return seen
 
 
