@@ -391,6 +391,22 @@ pub struct AclBindingFilter {
     pub permission: Option<Permission>,
 }
 
+/// One enum field of a filter from its wire code: ANY (1) is "any" (`None`); UNKNOWN (0) or
+/// a code Kafka does not know is refused with Kafka's message ("Invalid operation filter 0").
+fn filter_code<T>(
+    code: i8,
+    what: &str,
+    from_wire: fn(i8) -> Option<T>,
+) -> Result<Option<T>, AclError> {
+    const ANY: i8 = 1;
+    if code == ANY {
+        return Ok(None);
+    }
+    from_wire(code)
+        .map(Some)
+        .ok_or_else(|| AclError(format!("Invalid {what} filter {code}")))
+}
+
 impl AclBindingFilter {
     /// The filter that matches every binding.
     pub fn any() -> AclBindingFilter {
@@ -417,38 +433,16 @@ impl AclBindingFilter {
         operation: i8,
         permission: i8,
     ) -> Result<AclBindingFilter, AclError> {
-        const ANY: i8 = 1;
+        /// PatternType's MATCH: any pattern that would match the filter's name.
         const MATCH: i8 = 2;
-        let bad = |m: String| AclError(m);
-        let resource_type = match resource_type {
-            ANY => None,
-            code => Some(
-                ResourceType::from_wire(code)
-                    .ok_or_else(|| bad(format!("Invalid resource type filter {code}")))?,
-            ),
-        };
+        let resource_type = filter_code(resource_type, "resource type", ResourceType::from_wire)?;
         let pattern = match pattern_type {
-            ANY => PatternFilter::Any,
             MATCH => PatternFilter::Match,
-            code => PatternFilter::Exactly(
-                PatternType::from_wire(code)
-                    .ok_or_else(|| bad(format!("Invalid pattern type filter {code}")))?,
-            ),
+            code => filter_code(code, "pattern type", PatternType::from_wire)?
+                .map_or(PatternFilter::Any, PatternFilter::Exactly),
         };
-        let operation = match operation {
-            ANY => None,
-            code => Some(
-                AclOperation::from_wire(code)
-                    .ok_or_else(|| bad(format!("Invalid operation filter {code}")))?,
-            ),
-        };
-        let permission = match permission {
-            ANY => None,
-            code => Some(
-                Permission::from_wire(code)
-                    .ok_or_else(|| bad(format!("Invalid permission type filter {code}")))?,
-            ),
-        };
+        let operation = filter_code(operation, "operation", AclOperation::from_wire)?;
+        let permission = filter_code(permission, "permission type", Permission::from_wire)?;
         Ok(AclBindingFilter {
             resource_type,
             name: name.map(str::to_string),
@@ -1256,6 +1250,57 @@ mod tests {
             return true;
         }
         relevant.is_empty() && open
+    }
+
+    /// Proves each enum field of a filter decodes the same way: ANY (1) matches anything,
+    /// a known code is that value, UNKNOWN (0) or an unknown code is refused with Kafka's
+    /// message naming the field; MATCH (2) is the pattern type's own.
+    #[test]
+    fn filter_fields_decode_any_known_and_refuse_unknown() {
+        let f = |rt, pt, op, perm| AclBindingFilter::from_wire(rt, None, pt, None, None, op, perm);
+        let any = f(1, 1, 1, 1).unwrap();
+        assert_eq!(
+            (
+                any.resource_type,
+                any.pattern,
+                any.operation,
+                any.permission
+            ),
+            (None, PatternFilter::Any, None, None)
+        );
+        let known = f(2, 4, 3, 3).unwrap();
+        assert_eq!(
+            (
+                known.resource_type,
+                known.pattern,
+                known.operation,
+                known.permission
+            ),
+            (
+                Some(ResourceType::Topic),
+                PatternFilter::Exactly(PatternType::Prefixed),
+                Some(AclOperation::Read),
+                Some(Permission::Allow)
+            )
+        );
+        assert_eq!(f(1, 2, 1, 1).unwrap().pattern, PatternFilter::Match);
+        let err = |r: Result<AclBindingFilter, AclError>| r.err().map(|e| e.0);
+        assert_eq!(
+            err(f(0, 1, 1, 1)).as_deref(),
+            Some("Invalid resource type filter 0")
+        );
+        assert_eq!(
+            err(f(1, 0, 1, 1)).as_deref(),
+            Some("Invalid pattern type filter 0")
+        );
+        assert_eq!(
+            err(f(1, 1, 0, 1)).as_deref(),
+            Some("Invalid operation filter 0")
+        );
+        assert_eq!(
+            err(f(1, 1, 1, 9)).as_deref(),
+            Some("Invalid permission type filter 9")
+        );
     }
 
     proptest! {
