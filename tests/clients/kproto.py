@@ -198,6 +198,34 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
+def uvarint(n: int) -> bytes:
+    """An unsigned varint: the lengths and counts of flexible versions (compact strings,
+    arrays, tagged fields)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_uvarint(b: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the unsigned varint at `pos`."""
+    n, shift = 0, 0
+    while True:
+        byte = b[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return n, pos
+
+
+def compact_string(s: str) -> bytes:
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
 def _nullable(b: bytes | None) -> bytes:
     return varint(-1) if b is None else varint(len(b)) + b
 

@@ -254,69 +254,44 @@ def sasl_plain_socket(bootstrap: str, who) -> socket.socket:
 API_CREATE_TOPICS = 19
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(b: bytes, pos: int) -> tuple[int, int]:
-    n, shift = 0, 0
-    while True:
-        byte = b[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return n, pos
-
-
-def _compact_str(s: str) -> bytes:
-    raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
 def raw_create_topic_v5(bootstrap: str, who, topic: str) -> dict:
     """CreateTopics v5 (flexible) of `topic` (1 partition, replication factor 1) on a
     connection authenticated as `who`, decoded by hand (no client library shows KIP-525's
     topic_config_error_code): its error code, topic_config_error_code (tag 0), partition
     count, replication factor and whether configs came back."""
     header = struct.pack(">hhi", API_CREATE_TOPICS, 5, 3) + kproto.kstring("strata-tests") + b"\0"
-    body = (_uvarint(2) + _compact_str(topic) + struct.pack(">ih", 1, 1)
-            + _uvarint(1) + _uvarint(1) + b"\0"  # no assignments, no configs, no tags
+    body = (kproto.uvarint(2) + kproto.compact_string(topic) + struct.pack(">ih", 1, 1)
+            + kproto.uvarint(1) + kproto.uvarint(1) + b"\0"  # no assignments, no configs, no tags
             + struct.pack(">ib", 30_000, 0) + b"\0")
     payload = header + body
     with sasl_plain_socket(bootstrap, who) as sock:
         sock.sendall(struct.pack(">i", len(payload)) + payload)
         _, resp = kproto.recv_response(sock)
     pos = 1 + 4  # response header tags, throttle_time_ms
-    n, pos = _read_uvarint(resp, pos)
+    n, pos = kproto.read_uvarint(resp, pos)
     assert n == 2, n
-    ln, pos = _read_uvarint(resp, pos)
+    ln, pos = kproto.read_uvarint(resp, pos)
     assert resp[pos:pos + ln - 1].decode() == topic
     pos += ln - 1
     (error,) = struct.unpack_from(">h", resp, pos)
     pos += 2
-    ln, pos = _read_uvarint(resp, pos)
+    ln, pos = kproto.read_uvarint(resp, pos)
     pos += max(ln - 1, 0)
     partitions, rf = struct.unpack_from(">ih", resp, pos)
     pos += 6
-    nconfigs, pos = _read_uvarint(resp, pos)
+    nconfigs, pos = kproto.read_uvarint(resp, pos)
     for _ in range(max(nconfigs - 1, 0)):
         for _ in range(2):  # name, value
-            ln, pos = _read_uvarint(resp, pos)
+            ln, pos = kproto.read_uvarint(resp, pos)
             pos += max(ln - 1, 0)
         pos += 3  # read_only, config_source, is_sensitive
-        ntags, pos = _read_uvarint(resp, pos)
+        ntags, pos = kproto.read_uvarint(resp, pos)
         assert ntags == 0
     config_error = 0
-    ntags, pos = _read_uvarint(resp, pos)
+    ntags, pos = kproto.read_uvarint(resp, pos)
     for _ in range(ntags):
-        tag, pos = _read_uvarint(resp, pos)
-        size, pos = _read_uvarint(resp, pos)
+        tag, pos = kproto.read_uvarint(resp, pos)
+        size, pos = kproto.read_uvarint(resp, pos)
         if tag == 0:
             (config_error,) = struct.unpack_from(">h", resp, pos)
         pos += size

@@ -357,15 +357,6 @@ def test_request_quota_throttles_other_apis(broker):
 API_PRODUCE = 0
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def produce_v9(correlation_id: int, client_id: str, topic: str, batch: bytes) -> bytes:
     """A framed Produce v9 (flexible: request header v2, compact strings, tagged fields) of
     one batch to partition 0, acks=1."""
@@ -373,8 +364,8 @@ def produce_v9(correlation_id: int, client_id: str, topic: str, batch: bytes) ->
               + b"\0")
     name = topic.encode()
     body = (b"\0" + struct.pack(">hi", 1, 10_000)  # null transactional id, acks, timeout
-            + uvarint(2) + uvarint(len(name) + 1) + name
-            + uvarint(2) + struct.pack(">i", 0) + uvarint(len(batch) + 1) + batch + b"\0"
+            + kproto.uvarint(2) + kproto.uvarint(len(name) + 1) + name
+            + kproto.uvarint(2) + struct.pack(">i", 0) + kproto.uvarint(len(batch) + 1) + batch + b"\0"
             + b"\0" + b"\0")
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
