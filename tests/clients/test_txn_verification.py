@@ -44,6 +44,9 @@ import reference_kafka  # noqa: E402
 
 TRANSACTIONAL = 0x10
 INVALID_TXN_STATE, UNSTABLE_OFFSET_COMMIT = 48, 88
+# What a produce answers while verification finds the coordinator between PrepareAbort and
+# CompleteAbort (CONCURRENT_TRANSACTIONS, which Kafka maps to this retriable code).
+NOT_ENOUGH_REPLICAS = 19
 # Answers while the coordinator is being created or loads: asked again.
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 
@@ -175,8 +178,15 @@ def hanging_transaction_scenario(bs: str, topic: str) -> dict:
         time.sleep(0.2)
     seen["after_abort"] = o
     # After the abort marker the producer has no transaction open here: a batch of the next
-    # transaction, not added yet, is refused again (the verification starts afresh).
-    err, message, _ = produce(bs, txn_id, topic, 0, pid, epoch, 2)
+    # transaction, not added yet, is refused again (the verification starts afresh). The
+    # coordinator completes the abort (CompleteAbort) just after the marker is written; until
+    # then the answer is retriable, and a client retries it: so does this.
+    deadline = time.monotonic() + 10
+    while True:
+        err, message, _ = produce(bs, txn_id, topic, 0, pid, epoch, 2)
+        if err != NOT_ENOUGH_REPLICAS or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     seen["unadded_after_abort"] = (err, message)
     seen["end"] = offsets(bs, topic, 0)
     return seen
