@@ -346,3 +346,19 @@ def scan_batches(data: bytes) -> list[tuple[int, int, int]]:
         out.append((pos, total, base_offset))
         pos += total
     return out
+
+
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
+
+
+def sasl_plain_login(sock, user: str, password: str) -> None:
+    """Authenticates a raw connection (plain or TLS) with SaslHandshake v1 + SaslAuthenticate
+    v1 (PLAIN); fails the caller's test if either step answers an error."""
+    sock.sendall(request(API_SASL_HANDSHAKE, 1, 1, kstring("PLAIN")))
+    _, body = recv_response(sock)
+    assert struct.unpack(">h", body[:2])[0] == 0, body
+    token = b"\0" + user.encode() + b"\0" + password.encode()
+    sock.sendall(request(API_SASL_AUTHENTICATE, 1, 2, struct.pack(">i", len(token)) + token))
+    _, body = recv_response(sock)
+    assert struct.unpack(">h", body[:2])[0] == 0, body

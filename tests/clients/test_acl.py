@@ -32,8 +32,6 @@ GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 
 API_FETCH = 1
-API_SASL_HANDSHAKE = 17
-API_SASL_AUTHENTICATE = 36
 
 
 @pytest.fixture
@@ -241,13 +239,7 @@ def kafka_acl_filter(principal=None):
 def sasl_plain_socket(bootstrap: str, who) -> socket.socket:
     """A raw connection authenticated with SaslHandshake v1 + SaslAuthenticate v1 (PLAIN)."""
     sock = kproto.connect(bootstrap, 10)
-    sock.sendall(kproto.request(API_SASL_HANDSHAKE, 1, 1, kproto.kstring("PLAIN")))
-    _, body = kproto.recv_response(sock)
-    assert struct.unpack(">h", body[:2])[0] == 0
-    token = b"\0" + who[0].encode() + b"\0" + who[1].encode()
-    sock.sendall(kproto.request(API_SASL_AUTHENTICATE, 1, 2, struct.pack(">i", len(token)) + token))
-    _, body = kproto.recv_response(sock)
-    assert struct.unpack(">h", body[:2])[0] == 0
+    kproto.sasl_plain_login(sock, *who)
     return sock
 
 

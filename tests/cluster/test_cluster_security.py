@@ -49,8 +49,6 @@ RECORDS = 200
 TOPIC_AUTHORIZATION_FAILED = 29
 API_FETCH = 1
 API_API_VERSIONS = 18
-API_SASL_HANDSHAKE = 17
-API_SASL_AUTHENTICATE = 36
 
 
 def openssl(*args: str, cwd: Path) -> None:
@@ -93,13 +91,7 @@ def tls_probe(ca: Path):
 def sasl_ssl_socket(address: str, ca: Path, who) -> ssl.SSLSocket:
     """A raw TLS connection authenticated with SaslHandshake v1 + SaslAuthenticate v1 (PLAIN)."""
     sock = tls_socket(address, ca)
-    sock.sendall(kproto.request(API_SASL_HANDSHAKE, 1, 1, kproto.kstring("PLAIN")))
-    _, body = kproto.recv_response(sock)
-    assert struct.unpack(">h", body[:2])[0] == 0
-    token = b"\0" + who[0].encode() + b"\0" + who[1].encode()
-    sock.sendall(kproto.request(API_SASL_AUTHENTICATE, 1, 2, struct.pack(">i", len(token)) + token))
-    _, body = kproto.recv_response(sock)
-    assert struct.unpack(">h", body[:2])[0] == 0, body
+    kproto.sasl_plain_login(sock, *who)
     return sock
 
 
