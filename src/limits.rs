@@ -224,6 +224,16 @@ pub const METRICS_LISTENERS_MAX: usize = 16;
 /// many partitions cannot make a scrape unbounded.
 pub const METRICS_GROUP_LAG_SERIES_MAX: usize = 10_000;
 
+/// How long a scrape waits for a partition leader's high watermarks (one ListOffsets per
+/// leader broker, for consumer-group lag of partitions with no replica here) before it
+/// renders without them: a broker down must not stall the scrape past Prometheus' timeout.
+pub const METRICS_REMOTE_HW_TIMEOUT_MS: u64 = 1_000;
+
+/// How long the leaders' high watermarks one scrape asked for are reused by the next
+/// scrapes on the same shard: scrapes in quick succession (several Prometheus servers, a
+/// person with curl) cost the other brokers one round of ListOffsets, not one each.
+pub const METRICS_REMOTE_HW_CACHE_MS: u64 = 5_000;
+
 /// How often each shard's task-queue probe wakes (`strata_shard_task_queue_seconds`): a
 /// timer every this many ms, whose lateness is how long a ready task waited for the shard.
 pub const METRICS_QUEUE_PROBE_INTERVAL_MS: u64 = 100;

@@ -115,6 +115,31 @@ pub struct BrokerSnapshot {
     pub process: Option<process::ProcessSnapshot>,
     /// Partitions of the cluster with no leader, as this broker's metadata sees them.
     pub offline_partitions: u64,
+    /// High watermarks of partitions with no replica here that consumer groups coordinated
+    /// here committed offsets for, as their leaders answered (for consumer-group lag).
+    pub remote_high_watermarks: std::collections::HashMap<(String, i32), i64>,
+}
+
+/// The partitions consumer groups coordinated here committed offsets for that have no
+/// replica on this broker (so no high watermark here to compute lag with), sorted, each
+/// once, at most `max`.
+pub fn partitions_without_replica(shards: &[ShardSnapshot], max: usize) -> Vec<(String, i32)> {
+    let local: std::collections::HashSet<(&str, i32)> = shards
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| (p.topic.as_str(), p.partition))
+        .collect();
+    let wanted: std::collections::BTreeSet<(&str, i32)> = shards
+        .iter()
+        .flat_map(|s| &s.group_offsets)
+        .map(|o| (o.topic.as_str(), o.partition))
+        .filter(|k| !local.contains(k))
+        .collect();
+    wanted
+        .into_iter()
+        .take(max)
+        .map(|(t, p)| (t.to_string(), p))
+        .collect()
 }
 
 /// What a request to the metrics listener asks for.

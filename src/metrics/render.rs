@@ -265,16 +265,23 @@ fn replication(out: &mut Out, b: &BrokerSnapshot) {
     lag(out, b);
 }
 
-/// Consumer-group lag per partition, computed now: the high watermark of the partition's
-/// replica on this broker minus the offset the group committed, for the groups this broker
-/// coordinates. A partition with no replica here has no high watermark to compare with and
-/// is left out; at most `METRICS_GROUP_LAG_SERIES_MAX` series, the rest counted as omitted.
+/// Consumer-group lag per partition, computed now: the partition's high watermark minus the
+/// offset the group committed, for the groups this broker coordinates. The high watermark is
+/// that of the partition's replica here, or for a partition with no replica here its
+/// leader's (`remote_high_watermarks`); a partition with neither is left out. At most
+/// `METRICS_GROUP_LAG_SERIES_MAX` series, the rest counted as omitted.
 fn lag(out: &mut Out, b: &BrokerSnapshot) {
+    // The leaders' answers first, so a replica here (fresher) wins over one.
     let hw: std::collections::HashMap<(&str, i32), i64> = b
-        .shards
+        .remote_high_watermarks
         .iter()
-        .flat_map(|s| &s.partitions)
-        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .map(|((t, p), hw)| ((t.as_str(), *p), *hw))
+        .chain(
+            b.shards
+                .iter()
+                .flat_map(|s| &s.partitions)
+                .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark)),
+        )
         .collect();
     let mut omitted = b
         .shards
@@ -286,7 +293,7 @@ fn lag(out: &mut Out, b: &BrokerSnapshot) {
     out.family(
         "strata_consumergroup_lag",
         "gauge",
-        "Records a consumer group has yet to consume: the partition's high watermark on this broker minus the group's committed offset, for groups this broker coordinates and partitions it holds a replica of (Kafka exporters' kafka_consumergroup_lag).",
+        "Records a consumer group has yet to consume: the partition's high watermark (this broker's replica's, else its leader's, asked at scrape time) minus the group's committed offset, for groups this broker coordinates (Kafka exporters' kafka_consumergroup_lag).",
     );
     let mut rendered = 0usize;
     for r in rows {
@@ -592,6 +599,7 @@ mod tests {
                 resident_memory_bytes: 1 << 20,
             }),
             offline_partitions: 3,
+            remote_high_watermarks: Default::default(),
         }
     }
 
@@ -750,6 +758,32 @@ mod tests {
         assert_eq!(s["process_cpu_seconds_total"], 1.5);
         assert_eq!(s["strata_fsync_latency_seconds_count"], 0.0);
         assert!(text.contains("# TYPE strata_request_latency_seconds histogram\n"));
+    }
+
+    #[test]
+    fn lag_of_a_partition_held_elsewhere_uses_its_leaders_high_watermark() {
+        // Proves the partition with no replica here is the one asked of its leader, once
+        // and bounded, and that its lag is computed from the leader's answer; a replica
+        // here wins over a (staler) answer for the same partition.
+        let mut b = broker();
+        assert_eq!(
+            crate::metrics::partitions_without_replica(&b.shards, 10),
+            vec![("elsewhere".to_string(), 0)]
+        );
+        assert!(crate::metrics::partitions_without_replica(&b.shards, 0).is_empty());
+        b.remote_high_watermarks = [
+            (("elsewhere".to_string(), 0), 21),
+            (("a".to_string(), 0), 99),
+        ]
+        .into_iter()
+        .collect();
+        let s = parse_strict(&render(&b));
+        let lag = "strata_consumergroup_lag{group=";
+        assert_eq!(
+            s[&format!("{lag}\"g\",topic=\"elsewhere\",partition=\"0\"}}")],
+            20.0
+        );
+        assert_eq!(s[&format!("{lag}\"g\",topic=\"a\",partition=\"0\"}}")], 6.0);
     }
 
     #[test]

@@ -183,22 +183,27 @@ fn head_only(answer: Bytes) -> Bytes {
     }
 }
 
-/// Gathers every shard's snapshot (concurrently, over the mesh) and renders them. A shard
-/// that cannot answer (shutting down) is left out of this scrape.
+/// Gathers every shard's snapshot (concurrently, over the mesh) and the high watermarks of
+/// committed partitions held elsewhere (`lag_watermarks`), and renders them. A shard that
+/// cannot answer (shutting down) is left out of this scrape.
 async fn scrape(ctx: &Rc<ShardCtx>) -> String {
     let replies = futures::future::join_all(
         (0..ctx.shared.nr_shards).map(|shard| mesh::call(ctx, shard, ShardOp::Metrics)),
     )
     .await;
-    let shards = replies
+    let shards: Vec<_> = replies
         .into_iter()
         .filter_map(|r| match r {
             ShardReply::Metrics(s) => Some(*s),
             _ => None,
         })
         .collect();
+    let elsewhere =
+        metrics::partitions_without_replica(&shards, crate::limits::METRICS_GROUP_LAG_SERIES_MAX);
+    let remote_high_watermarks = super::lag_watermarks::lookup(ctx, elsewhere).await;
     let snapshot = BrokerSnapshot {
         node_id: ctx.shared.config.node_id,
+        remote_high_watermarks,
         shards,
         disk: crate::shard::metrics::disk(&ctx.shared.disk),
         process: process(),

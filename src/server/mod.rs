@@ -7,6 +7,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod handlers;
 pub mod ingest;
+pub mod lag_watermarks;
 pub mod metrics_http;
 pub mod oauth;
 pub mod quota;
