@@ -8,9 +8,8 @@
 //! by `METRICS_REMOTE_HW_TIMEOUT_MS`. The partitions asked for are at most
 //! `METRICS_GROUP_LAG_SERIES_MAX` (the lag series bound), and the answers are reused for
 //! `METRICS_REMOTE_HW_CACHE_MS`, so a scrape costs the cluster at most one small request per
-//! broker, and back-to-back scrapes nothing. A leader that does not answer in time (down,
-//! or an inter-broker listener that wants authentication first) leaves its partitions out
-//! of that scrape, as before.
+//! broker, and back-to-back scrapes nothing. A leader that does not answer in time leaves
+//! its partitions out of that scrape, as before.
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -58,7 +57,7 @@ pub async fn lookup(ctx: &Rc<ShardCtx>, wanted: Vec<(String, i32)>) -> HighWater
     let answers = futures::future::join_all(
         by_leader
             .into_iter()
-            .map(|(addr, parts)| ask(ctx.shared.catalog.load().local_node, addr, parts)),
+            .map(|(addr, parts)| ask(ctx, ctx.shared.catalog.load().local_node, addr, parts)),
     )
     .await;
     let hws: HighWatermarks = answers.into_iter().flatten().collect();
@@ -102,6 +101,7 @@ fn group_by_leader(
 
 /// One ListOffsets to the leader at `addr` for `parts`; what it answered without error.
 async fn ask(
+    ctx: &ShardCtx,
     me: i32,
     addr: String,
     parts: BTreeMap<String, Vec<i32>>,
@@ -132,8 +132,12 @@ async fn ask(
         );
     // Connecting and the call each have the timeout.
     let answer = async {
+        // As a broker (TLS, SASL on the inter-broker listener): its principal may describe
+        // every topic, whatever the ACLs.
+        let security = &ctx.shared.peer_security;
         let mut conn =
-            PeerConnection::connect(&addr, &format!("strata-metrics-{me}"), timeout).await?;
+            PeerConnection::connect(security, &addr, &format!("strata-metrics-{me}"), timeout)
+                .await?;
         conn.call(&request, LIST_OFFSETS_VERSION, timeout).await
     };
     let response = match answer.await {
