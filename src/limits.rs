@@ -224,15 +224,23 @@ pub const METRICS_LISTENERS_MAX: usize = 16;
 /// many partitions cannot make a scrape unbounded.
 pub const METRICS_GROUP_LAG_SERIES_MAX: usize = 10_000;
 
-/// How long a scrape waits for a partition leader's high watermarks (one ListOffsets per
-/// leader broker, for consumer-group lag of partitions with no replica here) before it
-/// renders without them: a broker down must not stall the scrape past Prometheus' timeout.
+/// How long a scrape waits, in all, for the partition leaders' high watermarks (one
+/// ListOffsets per leader broker, for consumer-group lag of partitions with no replica here)
+/// before it renders with the answers it has: connecting, TLS, SASL and the call of every
+/// leader fit in it, so a broker down or hung cannot stall the scrape past Prometheus'
+/// timeout (10 s by default).
 pub const METRICS_REMOTE_HW_TIMEOUT_MS: u64 = 1_000;
+
+/// Leader brokers one scrape asks for high watermarks at once; the others wait their turn
+/// (within the same `METRICS_REMOTE_HW_TIMEOUT_MS`), so a large cluster costs a scrape a
+/// bounded number of sockets and handshakes at a time.
+pub const METRICS_REMOTE_HW_LEADERS_IN_FLIGHT_MAX: usize = 8;
 
 /// How long the leaders' high watermarks one scrape asked for are reused by the next
 /// scrapes on the same shard: scrapes in quick succession (several Prometheus servers, a
 /// person with curl) cost the other brokers one round of ListOffsets, not one each.
 pub const METRICS_REMOTE_HW_CACHE_MS: u64 = 5_000;
+const _: () = assert!(METRICS_REMOTE_HW_LEADERS_IN_FLIGHT_MAX >= 1);
 
 /// How often each shard's task-queue probe wakes (`strata_shard_task_queue_seconds`): a
 /// timer every this many ms, whose lateness is how long a ready task waited for the shard.
