@@ -245,6 +245,16 @@ pub struct Config {
     pub controller_listen: String,
     /// Kafka's controller.quorum.voters: `ID@HOST:PORT,...`; empty means this node alone.
     pub controller_voters: String,
+    /// The security protocol of the controller quorum's port (`controller_listen`), Kafka's
+    /// `listener.security.protocol.map` entry for the listener of `controller.listener.names`:
+    /// PLAINTEXT (no check of who connects), SSL (both sides show a certificate from
+    /// `ssl_truststore_location`), SASL_PLAINTEXT or SASL_SSL (the connecting node logs in as
+    /// `inter_broker_sasl_username`). Every node of a cluster must use the same.
+    pub controller_listener_security_protocol: String,
+    /// Kafka's sasl.mechanism.controller.protocol: the mechanism nodes log in with on the
+    /// controller quorum's port. PLAIN only: SCRAM credentials live in the metadata log that
+    /// this port carries.
+    pub sasl_mechanism_controller_protocol: String,
     /// Kafka's broker.rack: replicas of a partition are spread across racks when set.
     pub rack: String,
     /// Kafka's min.insync.replicas: the ISR size an acks=all produce needs.
@@ -403,6 +413,8 @@ impl Default for Config {
             process_roles: "broker,controller".into(),
             controller_listen: String::new(),
             controller_voters: String::new(),
+            controller_listener_security_protocol: "PLAINTEXT".into(),
+            sasl_mechanism_controller_protocol: "PLAIN".into(),
             rack: String::new(),
             min_insync_replicas: 1,
             unclean_leader_election_enable: false,
@@ -843,6 +855,7 @@ impl Config {
                 ),
             ));
         }
+        self.validate_controller_security(&voters, roles.controller)?;
         if self.min_insync_replicas < 1 {
             return Err(invalid("min_insync_replicas", "must be at least 1".into()));
         }
@@ -858,6 +871,133 @@ impl Config {
     }
 
     /// The metrics listener's address, if it is on.
+    /// The broker's own login on the other brokers' SASL listeners and on the controllers'
+    /// port: `inter_broker_sasl_username` with its password and `mechanism`; `None` without
+    /// a username (a single node, which has no peers).
+    pub fn inter_broker_login(
+        &self,
+        mechanism: crate::security::sasl::Mechanism,
+    ) -> Option<crate::security::sasl::PeerLogin> {
+        (!self.inter_broker_sasl_username.is_empty()).then(|| crate::security::sasl::PeerLogin {
+            mechanism,
+            username: self.inter_broker_sasl_username.clone(),
+            password: self.inter_broker_sasl_password.clone(),
+        })
+    }
+
+    /// The TLS client configuration a broker reaches the others with (the inter-broker
+    /// listener, the controller quorum's port): their certificates checked against
+    /// `ssl_truststore_location`, the broker's own certificate offered when asked. `None`
+    /// without a truststore (a single node; `validate` refuses a cluster without one). The
+    /// files are read now.
+    pub fn tls_client_config(
+        &self,
+    ) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
+        if self.ssl_truststore_location.is_empty() {
+            return Ok(None);
+        }
+        let read =
+            |key: &str, path: &str| std::fs::read(path).map_err(|e| format!("{key}: {path}: {e}"));
+        let truststore = read("ssl_truststore_location", &self.ssl_truststore_location)?;
+        let identity = if self.ssl_certificate_location.is_empty() {
+            None
+        } else {
+            Some((
+                read("ssl_certificate_location", &self.ssl_certificate_location)?,
+                read("ssl_key_location", &self.ssl_key_location)?,
+            ))
+        };
+        let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
+        crate::security::tls::client_config(&truststore, identity)
+            .map(Some)
+            .map_err(|e| format!("TLS client: {e}"))
+    }
+
+    /// `controller_listener_security_protocol`, parsed.
+    pub fn controller_security_protocol(
+        &self,
+    ) -> Result<crate::security::SecurityProtocol, String> {
+        let text = &self.controller_listener_security_protocol;
+        crate::security::SecurityProtocol::parse(text)
+            .ok_or_else(|| format!("{text:?}: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))
+    }
+
+    /// Refuses a controller quorum port that cannot be secured as its protocol says: TLS
+    /// without a certificate, key or truststore, SASL without the credentials this node logs
+    /// in with or with a mechanism other than PLAIN.
+    fn validate_controller_security(
+        &self,
+        voters: &[(i32, SocketAddr)],
+        is_controller: bool,
+    ) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.into(),
+            message,
+        };
+        let protocol = self
+            .controller_security_protocol()
+            .map_err(|m| invalid("controller_listener_security_protocol", m))?;
+        let mechanism = self.sasl_mechanism_controller_protocol.trim();
+        if mechanism != "PLAIN" {
+            return Err(invalid(
+                "sasl_mechanism_controller_protocol",
+                format!(
+                    "{mechanism:?}: only PLAIN (a user of sasl_plain_users) is supported on the \
+                     controller quorum's port, as SCRAM credentials live in the metadata log it \
+                     carries"
+                ),
+            ));
+        }
+        // A single node has no quorum network to secure.
+        let networked = voters.len() > 1 || !is_controller;
+        if !networked {
+            return Ok(());
+        }
+        let why = |what: &str| {
+            format!("needed: controller_listener_security_protocol is {protocol}, and {what}")
+        };
+        if protocol.uses_tls() {
+            for (key, value) in [
+                ("ssl_certificate_location", &self.ssl_certificate_location),
+                ("ssl_key_location", &self.ssl_key_location),
+                ("ssl_truststore_location", &self.ssl_truststore_location),
+            ] {
+                if value.is_empty() {
+                    return Err(invalid(
+                        key,
+                        why("the nodes show each other certificates from the truststore"),
+                    ));
+                }
+            }
+        }
+        if protocol.uses_sasl() {
+            for (key, value) in [
+                (
+                    "inter_broker_sasl_username",
+                    &self.inter_broker_sasl_username,
+                ),
+                (
+                    "inter_broker_sasl_password",
+                    &self.inter_broker_sasl_password,
+                ),
+            ] {
+                if value.is_empty() {
+                    return Err(invalid(
+                        key,
+                        why("nodes log in on the controllers' port with it"),
+                    ));
+                }
+            }
+            if is_controller && self.plain_users().unwrap_or_default().is_empty() {
+                return Err(invalid(
+                    "sasl_plain_users",
+                    why("a controller checks the nodes' PLAIN logins against it"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `sasl_mechanism_inter_broker_protocol`, parsed: a mechanism a broker has a password
     /// for (not OAUTHBEARER, whose tokens Strata's brokers do not fetch).
     pub fn inter_broker_sasl_mechanism(&self) -> Result<crate::security::sasl::Mechanism, String> {
@@ -1872,6 +2012,26 @@ mod tests {
         refused(&tls, "ssl_truststore_location");
         tls.push(("STRATA_SSL_TRUSTSTORE_LOCATION", "/x/ca.pem"));
         load(&tls).expect("SASL_SSL between brokers");
+        // The controller quorum's port: PLAINTEXT by default; secured, it needs what its
+        // protocol needs, and PLAIN as the mechanism.
+        let mut ctl = tls.clone();
+        ctl.push(("STRATA_CONTROLLER_LISTENER_SECURITY_PROTOCOL", "SASL_SSL"));
+        refused(&ctl, "sasl_plain_users");
+        ctl.push(("STRATA_SASL_PLAIN_USERS", "broker:s3cret"));
+        let c = load(&ctl).expect("SASL_SSL controller listener");
+        assert_eq!(
+            c.controller_security_protocol(),
+            Ok(crate::security::SecurityProtocol::SaslSsl)
+        );
+        let mut scram = ctl.clone();
+        scram.push(("STRATA_SASL_MECHANISM_CONTROLLER_PROTOCOL", "SCRAM-SHA-256"));
+        refused(&scram, "sasl_mechanism_controller_protocol");
+        let mut bad = creds.to_vec();
+        bad.push(("STRATA_CONTROLLER_LISTENER_SECURITY_PROTOCOL", "TLS"));
+        refused(&bad, "controller_listener_security_protocol");
+        let mut ssl = creds.to_vec();
+        ssl.push(("STRATA_CONTROLLER_LISTENER_SECURITY_PROTOCOL", "SSL"));
+        refused(&ssl, "ssl_certificate_location");
         // A single node has no peers: no credentials needed.
         let env = [("STRATA_LISTENERS", "SASL_PLAINTEXT://127.0.0.1:19092")]
             .into_iter()

@@ -17,7 +17,7 @@ use crate::cluster::controller::{
     Controller, ControllerConfig, ControllerRequest, ControllerResponse,
 };
 use crate::cluster::machine_impl::ControllerMachine;
-use crate::cluster::raft::{MetadataLog, RaftConfig, RaftError};
+use crate::cluster::raft::{ControllerSecurity, MetadataLog, RaftConfig, RaftError};
 use crate::config::Config;
 
 #[derive(Debug, Error)]
@@ -93,6 +93,7 @@ impl Quorum {
             snapshot_every_entries: METADATA_SNAPSHOT_EVERY_ENTRIES,
             request_timeout_ms: CONTROLLER_REQUEST_TIMEOUT_MS,
             clock,
+            security: ControllerSecurity::from_config(config).map_err(QuorumError::Config)?,
         };
         let log = MetadataLog::start(raft, Box::new(machine))?;
         // A broker must not serve from a stale image: wait (as long as it takes a quorum to

@@ -150,3 +150,21 @@ pub fn client_config(
     };
     Ok(Arc::new(config))
 }
+
+/// A TLS handshake failure in words.
+pub fn describe_tls_error(e: &std::io::Error) -> String {
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(why)) => format!(
+            "its certificate is not accepted ({why:?}): is it signed by a CA of \
+             ssl_truststore_location, for the address it is reached at?"
+        ),
+        Some(rustls::Error::AlertReceived(alert)) => format!(
+            "it refused the handshake ({alert:?}): does it trust this broker's certificate?"
+        ),
+        Some(other) => other.to_string(),
+        None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            "it closed the connection during the handshake (is the listener TLS?)".into()
+        }
+        None => e.to_string(),
+    }
+}

@@ -13,7 +13,6 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
-use subtle::ConstantTimeEq;
 
 use crate::cluster::catalog::Catalog;
 use crate::security::sasl::{
@@ -286,26 +285,7 @@ pub enum TokenOutcome {
     IllegalState,
 }
 
-/// Rate-limits the log of failed authentications: `note` says when a line is due and how
-/// many failures it reports.
-#[derive(Debug, Default)]
-pub struct FailureLog {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
-impl FailureLog {
-    /// Counts one failure at `now`; `Some(n)` when a line is due, reporting `n` failures.
-    pub fn note(&mut self, now: Instant) -> Option<u64> {
-        self.unlogged += 1;
-        let interval = Duration::from_millis(crate::limits::SASL_FAILURE_LOG_INTERVAL_MS);
-        if self.last.is_some_and(|t| now.duration_since(t) < interval) {
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.unlogged))
-    }
-}
+pub use crate::security::sasl::{plain_password_matches, FailureLog};
 
 /// The credentials a broker checks: static PLAIN users from the config, SCRAM credentials
 /// from the metadata image, OAUTHBEARER tokens against the JWKS (`None`: not configured) at
@@ -319,10 +299,7 @@ pub struct BrokerCredentials<'a> {
 
 impl Credentials for BrokerCredentials<'_> {
     fn plain_matches(&self, user: &str, password: &[u8]) -> bool {
-        match self.plain_users.get(user) {
-            Some(expected) => bool::from(expected.as_bytes().ct_eq(password)),
-            None => false,
-        }
+        plain_password_matches(self.plain_users, user, password)
     }
 
     fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {

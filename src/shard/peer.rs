@@ -27,7 +27,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use crate::config::Config;
 use crate::limits::PEER_RESPONSE_BYTES_MAX;
-use crate::security::sasl::{ClientStep, Mechanism, SaslClientExchange};
+use crate::security::sasl::{ClientStep, PeerLogin, SaslClientExchange};
+use crate::security::tls::describe_tls_error;
 use crate::security::{Listeners, SecurityProtocol};
 
 /// SaslAuthenticate v1: the first with the session's lifetime (KIP-368).
@@ -73,22 +74,6 @@ impl PeerError {
     }
 }
 
-/// The broker's own SASL login on the inter-broker listener.
-struct PeerLogin {
-    mechanism: Mechanism,
-    username: String,
-    password: String,
-}
-
-impl std::fmt::Debug for PeerLogin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerLogin")
-            .field("mechanism", &self.mechanism)
-            .field("username", &self.username)
-            .finish_non_exhaustive()
-    }
-}
-
 /// How this broker's connections to the other brokers secure themselves: the protocol of
 /// the inter-broker listener, with the TLS client configuration and the SASL login it needs.
 /// Built once at start (the certificate files are read then: a rotated certificate is used
@@ -117,32 +102,13 @@ impl PeerSecurity {
         let protocol = listeners
             .inter_broker_endpoint()
             .map_or(SecurityProtocol::Plaintext, |e| e.security_protocol);
-        let tls = if protocol.uses_tls() && !config.ssl_truststore_location.is_empty() {
-            let read = |key: &str, path: &str| {
-                std::fs::read(path).map_err(|e| format!("{key}: {path}: {e}"))
-            };
-            let truststore = read("ssl_truststore_location", &config.ssl_truststore_location)?;
-            let identity = if config.ssl_certificate_location.is_empty() {
-                None
-            } else {
-                Some((
-                    read("ssl_certificate_location", &config.ssl_certificate_location)?,
-                    read("ssl_key_location", &config.ssl_key_location)?,
-                ))
-            };
-            let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
-            let client = crate::security::tls::client_config(&truststore, identity)
-                .map_err(|e| format!("inter-broker TLS client: {e}"))?;
-            Some(client)
+        let tls = if protocol.uses_tls() {
+            config.tls_client_config()?
         } else {
             None
         };
-        let sasl = if protocol.uses_sasl() && !config.inter_broker_sasl_username.is_empty() {
-            Some(PeerLogin {
-                mechanism: config.inter_broker_sasl_mechanism()?,
-                username: config.inter_broker_sasl_username.clone(),
-                password: config.inter_broker_sasl_password.clone(),
-            })
+        let sasl = if protocol.uses_sasl() {
+            config.inter_broker_login(config.inter_broker_sasl_mechanism()?)
         } else {
             None
         };
@@ -169,7 +135,7 @@ pub struct PeerConnection {
 }
 
 /// The host of `addr` (`host:port` or `[v6]:port`), for TLS's server name.
-fn host_of(addr: &str) -> &str {
+pub(crate) fn host_of(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
@@ -417,24 +383,6 @@ impl PeerConnection {
         }
         crate::alloc::guarded(|| R::Response::decode(&mut body, version))
             .map_err(|e| bad(format!("decode: {e}")))
-    }
-}
-
-/// A TLS handshake failure in words.
-fn describe_tls_error(e: &std::io::Error) -> String {
-    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-        Some(rustls::Error::InvalidCertificate(why)) => format!(
-            "its certificate is not accepted ({why:?}): is it signed by a CA of \
-             ssl_truststore_location, for the address it is reached at?"
-        ),
-        Some(rustls::Error::AlertReceived(alert)) => format!(
-            "it refused the handshake ({alert:?}): does it trust this broker's certificate?"
-        ),
-        Some(other) => other.to_string(),
-        None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            "it closed the connection during the handshake (is the listener TLS?)".into()
-        }
-        None => e.to_string(),
     }
 }
 

@@ -10,7 +10,13 @@ through the admin API once the cluster runs). So:
   refused as Kafka refuses it (TOPIC_AUTHORIZATION_FAILED, no records), while her consumer
   fetch reads;
 - a broker with a wrong inter-broker password never gets its followers into the ISR, and says
-  why in its log (an authentication error naming the user, never the password).
+  why in its log (an authentication error naming the user, never the password);
+- with `controller_listener_security_protocol = SASL_SSL`, the controller quorum's port takes
+  only TLS connections that log in as a broker principal: the quorum elects, creates topics and
+  survives a kill -9 of its active controller, while a raw plaintext client, a TLS client with
+  a wrong password and a TLS client logged in as a non-broker user are closed unserved;
+- with `SSL`, the nodes show each other their certificates (mTLS, the certificate's principal a
+  super user), and a TLS client without one is closed unserved.
 
 The certificates are made with `openssl` (one broker certificate for 127.0.0.1, the nodes'
 loopback address)."""
@@ -26,7 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, NewTopic,
                                    ResourcePatternType, ResourceType, ScramCredentialInfo,
                                    ScramMechanism, UserScramCredentialUpsertion)
@@ -111,7 +117,9 @@ def client_conf(ca: Path, who) -> dict[str, str]:
 
 
 def secured_cluster(cluster_factory, tmp_path: Path, mechanism: str = "PLAIN",
-                    passwords: dict[int, str] | None = None) -> tuple[Cluster, dict[str, Path]]:
+                    passwords: dict[int, str] | None = None,
+                    controller_protocol: str | None = None,
+                    extra_env: dict[str, str] | None = None) -> tuple[Cluster, dict[str, Path]]:
     """Three nodes, SASL_SSL only, ACLs on; node n logs in to the others as `broker` with
     passwords.get(n, BROKER_PASSWORD). Started, all registered."""
     pki = make_pki(tmp_path / "pki")
@@ -129,6 +137,9 @@ def secured_cluster(cluster_factory, tmp_path: Path, mechanism: str = "PLAIN",
         "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
         "STRATA_SUPER_USERS": "User:admin;User:broker",
     }
+    if controller_protocol is not None:
+        env["STRATA_CONTROLLER_LISTENER_SECURITY_PROTOCOL"] = controller_protocol
+    env.update(extra_env or {})
     require_cluster_support()
     c: Cluster = cluster_factory(start=False, env=env)
     c.client_conf = client_conf(pki["ca"], ADMIN)
@@ -227,3 +238,163 @@ def test_wrong_inter_broker_password_keeps_followers_out_and_is_logged(cluster_f
     log1 = c.nodes[1].log_path.read_text(errors="replace")
     assert "SASL authentication failed" in log1, c.nodes[1].log_tail()
     assert WRONG_PASSWORD not in log1
+
+
+# The controller quorum's frames (src/cluster/raft/transport.rs, secure.rs): [u32 LE length]
+# [u8 kind][payload]. An observer's Fetch of the metadata log is answered by a FetchReply on
+# the same connection; the SASL exchange comes first on a SASL port.
+KIND_FETCH = 4
+KIND_FETCH_REPLY = 5
+KIND_SASL = 7
+KIND_SASL_REPLY = 8
+SASL_DONE = 0
+SASL_REFUSED = 2
+
+
+def quorum_frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack("<IB", len(payload), kind) + payload
+
+
+def read_quorum_frame(sock) -> tuple[int, bytes] | None:
+    """The next frame, or None when the connection is closed first."""
+    def exactly(n: int) -> bytes | None:
+        out = b""
+        while len(out) < n:
+            try:
+                chunk = sock.recv(n - len(out))
+            except (ConnectionError, ssl.SSLError):
+                return None
+            if not chunk:
+                return None
+            out += chunk
+        return out
+    header = exactly(5)
+    if header is None:
+        return None
+    length, kind = struct.unpack("<IB", header)
+    payload = exactly(length)
+    return None if payload is None else (kind, payload)
+
+
+def closed_unserved(sock) -> bool:
+    """The peer closes without answering: nothing but (at most) a TLS alert comes back."""
+    got = b""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(4096)
+        except (ConnectionError, ssl.SSLError):
+            break
+        except socket.timeout:
+            return False  # still open, not closed
+        if not chunk:
+            break
+        got += chunk
+    return got == b"" or got[0] == 0x15  # 0x15: a TLS alert record
+
+
+def quorum_login(address: str, ca: Path, user: str, password: str):
+    """A TLS connection to a controller port that sends a PLAIN login: (socket, reply)."""
+    sock = tls_socket(address, ca)
+    sock.sendall(quorum_frame(KIND_SASL, b"\0" + user.encode() + b"\0" + password.encode()))
+    return sock, read_quorum_frame(sock)
+
+
+def metadata_fetch(sock) -> tuple[int, bytes] | None:
+    sock.sendall(quorum_frame(KIND_FETCH, struct.pack("<Q", 1)))
+    return read_quorum_frame(sock)
+
+
+def cluster_state(c: Cluster) -> tuple:
+    md = c.metadata()
+    return sorted(md.brokers), sorted(t for t in md.topics if not t.startswith("__"))
+
+
+def test_controller_listener_sasl_ssl_elects_survives_kill_and_refuses_strangers(cluster_factory, tmp_path):
+    c, pki = secured_cluster(cluster_factory, tmp_path, controller_protocol="SASL_SSL")
+    create_topic(c)
+    c.poll_until("full ISR", lambda: isr(c) == [1, 2, 3], 30)
+    produce(c, pki["ca"])
+    cid = c.controller_id()
+    port = c.nodes[cid].controller_address
+    before = cluster_state(c)
+
+    # The test speaks the protocol right: a broker's login is served (a metadata log fetch).
+    sock, reply = quorum_login(port, pki["ca"], "broker", BROKER_PASSWORD)
+    with sock:
+        assert reply is not None and reply[0] == KIND_SASL_REPLY and reply[1][:1] == bytes([SASL_DONE]), reply
+        answer = metadata_fetch(sock)
+        assert answer is not None and answer[0] == KIND_FETCH_REPLY, answer
+
+    # A raw plaintext client: its bytes are no TLS handshake; closed, nothing served.
+    host, port_number = port.rsplit(":", 1)
+    with socket.create_connection((host, int(port_number)), timeout=10) as raw:
+        raw.sendall(quorum_frame(KIND_FETCH, struct.pack("<Q", 1)))
+        assert closed_unserved(raw)
+    # TLS with a wrong password, and TLS as a valid user who is no broker: refused, closed.
+    for user, password in [("broker", WRONG_PASSWORD), ALICE]:
+        sock, reply = quorum_login(port, pki["ca"], user, password)
+        with sock:
+            assert reply is not None and reply[0] == KIND_SASL_REPLY, reply
+            assert reply[1][:1] == bytes([SASL_REFUSED]), reply
+            try:
+                sock.sendall(quorum_frame(KIND_FETCH, struct.pack("<Q", 1)))
+            except (ConnectionError, ssl.SSLError):
+                pass
+            assert closed_unserved(sock)
+    assert cluster_state(c) == before
+    log = c.nodes[cid].log_path.read_text(errors="replace")
+    assert "controller listener (SASL_SSL): connection refused" in log, c.nodes[cid].log_tail()
+    assert WRONG_PASSWORD not in log and ALICE[1] not in log and BROKER_PASSWORD not in log
+    for n, node in c.nodes.items():
+        assert "cannot connect to the controller quorum's port" not in node.log_path.read_text(errors="replace"), \
+            (n, node.log_tail())
+
+    # kill -9 of the active controller: another is elected over the secured port, topics are
+    # created, and produce and consume go on.
+    c.kill9(cid)
+    new = c.controller_id(not_on=cid)
+    assert new != cid
+    c.create_topic("after-kill", 1, 2, full_isr=False)
+    produce(c, pki["ca"])
+    consumer = Consumer({"bootstrap.servers": c.live_bootstrap(), "group.id": "after-kill",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         **client_conf(pki["ca"], ADMIN)})
+    try:
+        consumer.subscribe([TOPIC])
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < 2 * RECORDS and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got += 1
+        assert got == 2 * RECORDS, got
+    finally:
+        consumer.close()
+
+
+def test_controller_listener_ssl_needs_a_broker_certificate(cluster_factory, tmp_path):
+    # The nodes' certificate maps to User:CN=broker,O=test (the DEFAULT mapping rule).
+    c, pki = secured_cluster(cluster_factory, tmp_path, controller_protocol="SSL",
+                             extra_env={"STRATA_SUPER_USERS": "User:admin;User:broker;User:CN=broker,O=test"})
+    create_topic(c)
+    c.poll_until("full ISR", lambda: isr(c) == [1, 2, 3], 30)
+    cid = c.controller_id()
+    before = cluster_state(c)
+    try:
+        sock = tls_socket(c.nodes[cid].controller_address, pki["ca"])
+    except (ConnectionError, ssl.SSLError):
+        pass  # refused during the handshake (TLS 1.2); with TLS 1.3 right after it
+    else:
+        with sock:
+            try:
+                sock.sendall(quorum_frame(KIND_FETCH, struct.pack("<Q", 1)))
+            except (ConnectionError, ssl.SSLError):
+                pass
+            assert closed_unserved(sock)
+    assert cluster_state(c) == before
+    log = c.nodes[cid].log_path.read_text(errors="replace")
+    assert "controller listener (SSL): connection refused" in log, c.nodes[cid].log_tail()
+    for n, node in c.nodes.items():
+        assert "cannot connect to the controller quorum's port" not in node.log_path.read_text(errors="replace"), \
+            (n, node.log_tail())

@@ -18,6 +18,7 @@
 
 mod driver;
 mod observer;
+mod secure;
 mod storage;
 mod transport;
 
@@ -35,6 +36,7 @@ use ::raft::RawNode;
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::machine::MetadataMachine;
 use driver::{Driver, DriverConfig, Event, Shared};
+pub use secure::ControllerSecurity;
 use storage::{DiskStorage, MemLog};
 use transport::{Transport, FRAME_BYTES_MAX};
 
@@ -92,6 +94,8 @@ pub struct RaftConfig {
     /// The controller's clock: its monotonic time drives broker sessions and the
     /// leader-rebalance interval (`Controller::tick`, `handle_request`).
     pub clock: Arc<dyn Clock>,
+    /// How connections on the controller quorum's port are secured (both ways).
+    pub security: Arc<ControllerSecurity>,
 }
 
 impl RaftConfig {
@@ -108,6 +112,7 @@ impl RaftConfig {
             snapshot_every_entries: 1000,
             request_timeout_ms: 10_000,
             clock: SystemClock::shared(),
+            security: ControllerSecurity::plaintext(),
         }
     }
 }
@@ -302,7 +307,12 @@ impl MetadataLog {
         let transport = if peers.is_empty() {
             None
         } else {
-            Some(Transport::new(&peers, tx.clone(), shutdown.clone())?)
+            Some(Transport::new(
+                &peers,
+                tx.clone(),
+                shutdown.clone(),
+                cfg.security.clone(),
+            )?)
         };
         let shared = Arc::new(Shared {
             leader: AtomicU64::new(0),
@@ -316,7 +326,12 @@ impl MetadataLog {
             None => None,
         };
         let listener_thread = match listener {
-            Some(l) => Some(transport::spawn_listener(l, tx.clone(), shutdown.clone())?),
+            Some(l) => Some(transport::spawn_listener(
+                l,
+                tx.clone(),
+                shutdown.clone(),
+                cfg.security.clone(),
+            )?),
             None => None,
         };
         let driver = Driver::new(
@@ -380,6 +395,7 @@ impl MetadataLog {
             voters,
             Duration::from_millis(cfg.tick_ms),
             Duration::from_millis(cfg.request_timeout_ms),
+            cfg.security.clone(),
         );
         let thread = std::thread::Builder::new()
             .name(format!("raft-observer-{}", cfg.node_id))

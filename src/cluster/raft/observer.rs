@@ -51,6 +51,7 @@ pub struct Observer {
     next_voter: usize,
     fetch: Option<ClientConnection>,
     forward: Option<ClientConnection>,
+    security: Arc<super::ControllerSecurity>,
     pending: VecDeque<Pending>,
     waiters: Vec<Waiter>,
     caught_up: bool,
@@ -64,6 +65,7 @@ impl Observer {
         voters: Vec<(u64, SocketAddr)>,
         tick: Duration,
         request_timeout: Duration,
+        security: Arc<super::ControllerSecurity>,
     ) -> Observer {
         Observer {
             machine,
@@ -77,6 +79,7 @@ impl Observer {
             next_voter: 0,
             fetch: None,
             forward: None,
+            security,
             pending: VecDeque::new(),
             waiters: Vec::new(),
             caught_up: false,
@@ -155,7 +158,7 @@ impl Observer {
         });
         let Some(want) = want else { return false };
         if self.fetch.as_ref().is_none_or(|c| c.addr != want) {
-            self.fetch = Some(ClientConnection::new(want));
+            self.fetch = Some(ClientConnection::new(want, self.security.clone()));
         }
         let Some(conn) = self.fetch.as_mut() else {
             return false;
@@ -237,7 +240,7 @@ impl Observer {
             return;
         };
         if self.forward.as_ref().is_none_or(|c| c.addr != addr) {
-            self.forward = Some(ClientConnection::new(addr));
+            self.forward = Some(ClientConnection::new(addr, self.security.clone()));
         }
         let Some(conn) = self.forward.as_mut() else {
             self.pending.push_front(p);

@@ -124,6 +124,7 @@ fn fast_config(node_id: u64, dir: &Path) -> RaftConfig {
         snapshot_every_entries: 1000,
         request_timeout_ms: 5000,
         clock: crate::clock::SystemClock::shared(),
+        security: super::ControllerSecurity::plaintext(),
     }
 }
 

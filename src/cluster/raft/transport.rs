@@ -10,6 +10,8 @@
 //! and a full queue drops the frame (raft tolerates loss; forwarded requests are retried by
 //! their origin). A peer that cannot be reached is redialled with exponential backoff. Bytes
 //! read from the network are never trusted: a bad length or kind closes that connection.
+//! Every connection is secured before its first frame (`secure`): TLS and a login as a broker
+//! principal when `controller_listener_security_protocol` asks for them.
 //!
 //! A silent network (a partition that drops packets, not connections) must not leave a
 //! connection that looks alive: writes would keep landing in the kernel's send buffer while
@@ -20,7 +22,7 @@
 //! inbound connection that stayed silent for [`INBOUND_IDLE_MAX`], so the threads of dead
 //! connections do not pile up against [`INBOUND_CONNECTIONS_MAX`].
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use ::raft::eraftpb::{Entry, Message, MessageType, Snapshot};
 use protobuf::Message as _;
 
 use super::driver::Event;
+use super::secure::{ControllerSecurity, SecureError, Stream};
 
 /// Largest frame payload sent or accepted (a snapshot travels in one frame).
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
@@ -303,6 +306,7 @@ impl Transport {
         peers: &[(u64, SocketAddr)],
         events: flume::Sender<Event>,
         shutdown: Arc<AtomicBool>,
+        security: Arc<ControllerSecurity>,
     ) -> std::io::Result<Transport> {
         let mut map = std::collections::HashMap::new();
         let mut threads = Vec::new();
@@ -310,10 +314,11 @@ impl Transport {
             let (tx, rx) = flume::bounded(PEER_QUEUE_FRAMES_MAX);
             let events = events.clone();
             let shutdown = shutdown.clone();
+            let security = security.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("raft-send-{id}"))
-                    .spawn(move || send_loop(id, addr, rx, events, shutdown))?,
+                    .spawn(move || send_loop(id, addr, rx, events, shutdown, &security))?,
             );
             map.insert(id, Peer { queue: tx });
         }
@@ -371,8 +376,9 @@ fn send_loop(
     rx: flume::Receiver<Outgoing>,
     events: flume::Sender<Event>,
     shutdown: Arc<AtomicBool>,
+    security: &ControllerSecurity,
 ) {
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<Stream> = None;
     let mut backoff = RECONNECT_BACKOFF_MIN;
     let mut next_dial = Instant::now();
     loop {
@@ -385,7 +391,7 @@ fn send_loop(
             Err(flume::RecvTimeoutError::Disconnected) => return,
         };
         if conn.is_none() && Instant::now() >= next_dial {
-            match dial(addr) {
+            match connect(addr, security) {
                 Ok(s) => {
                     conn = Some(s);
                     backoff = RECONNECT_BACKOFF_MIN;
@@ -399,7 +405,7 @@ fn send_loop(
             }
         }
         let delivered = match conn.as_mut() {
-            Some(s) => match s.write_all(&out.bytes) {
+            Some(s) => match s.send(&out.bytes) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::debug!(to, %addr, error = %e, "metadata log peer connection lost");
@@ -416,13 +422,14 @@ fn send_loop(
     }
 }
 
-/// Connects to a peer with the options every dialled connection needs.
-fn dial(addr: SocketAddr) -> std::io::Result<TcpStream> {
+/// Connects to a peer with the options every dialled connection needs, and secures the
+/// connection as `controller_listener_security_protocol` says.
+fn connect(addr: SocketAddr, security: &ControllerSecurity) -> Result<Stream, SecureError> {
     let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(WRITE_TIMEOUT))?;
     set_user_timeout(&s, UNACKED_TIMEOUT)?;
-    Ok(s)
+    security.secure_dialled(s, addr)
 }
 
 /// `TCP_USER_TIMEOUT` (Linux): how long transmitted data may stay unacknowledged before the
@@ -451,12 +458,17 @@ fn set_user_timeout(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
 /// A request/response connection from an observer to one voter.
 pub struct ClientConnection {
     pub addr: SocketAddr,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
+    security: Arc<ControllerSecurity>,
 }
 
 impl ClientConnection {
-    pub fn new(addr: SocketAddr) -> ClientConnection {
-        ClientConnection { addr, stream: None }
+    pub fn new(addr: SocketAddr, security: Arc<ControllerSecurity>) -> ClientConnection {
+        ClientConnection {
+            addr,
+            stream: None,
+            security,
+        }
     }
 
     /// Sends `frame` and reads the one frame that answers it, within `timeout`. Any error
@@ -472,12 +484,13 @@ impl ClientConnection {
     fn call_inner(&mut self, frame: &Frame, timeout: Duration) -> Result<Frame, String> {
         let bytes = frame.encode().map_err(|e| e.to_string())?;
         if self.stream.is_none() {
-            self.stream = Some(dial(self.addr).map_err(|e| e.to_string())?);
+            self.stream = Some(connect(self.addr, &self.security).map_err(|e| e.to_string())?);
         }
         let s = self.stream.as_mut().ok_or("not connected")?;
-        s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+        s.tcp()
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|e| e.to_string())?;
-        s.write_all(&bytes).map_err(|e| e.to_string())?;
+        s.send(&bytes).map_err(|e| e.to_string())?;
         let mut header = [0u8; FRAME_HEADER_BYTES];
         s.read_exact(&mut header).map_err(|e| e.to_string())?;
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
@@ -490,11 +503,14 @@ impl ClientConnection {
     }
 }
 
-/// Accepts peers' connections and turns their frames into driver events.
+/// Accepts peers' connections, secures them (`ControllerSecurity`: a connection that does
+/// not authenticate is closed before any of its frames is read) and turns their frames into
+/// driver events.
 pub fn spawn_listener(
     listener: TcpListener,
     events: flume::Sender<Event>,
     shutdown: Arc<AtomicBool>,
+    security: Arc<ControllerSecurity>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("raft-listen".into())
@@ -511,11 +527,17 @@ pub fn spawn_listener(
                 }
                 open.fetch_add(1, Ordering::AcqRel);
                 let (events, shutdown, open) = (events.clone(), shutdown.clone(), open.clone());
+                let security = security.clone();
                 let spawned =
                     std::thread::Builder::new()
                         .name("raft-recv".into())
                         .spawn(move || {
-                            read_loop(stream, &events, &shutdown);
+                            let peer = stream
+                                .peer_addr()
+                                .map_or_else(|_| "?".to_string(), |a| a.to_string());
+                            if let Some(stream) = security.secure_accepted(stream, &peer) {
+                                read_loop(stream, &events, &shutdown);
+                            }
                             open.fetch_sub(1, Ordering::AcqRel);
                         });
                 if let Err(e) = spawned {
@@ -525,9 +547,9 @@ pub fn spawn_listener(
         })
 }
 
-fn read_loop(mut stream: TcpStream, events: &flume::Sender<Event>, shutdown: &AtomicBool) {
-    let _ = stream.set_read_timeout(Some(POLL_INTERVAL));
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+fn read_loop(mut stream: Stream, events: &flume::Sender<Event>, shutdown: &AtomicBool) {
+    let _ = stream.tcp().set_read_timeout(Some(POLL_INTERVAL));
+    let _ = stream.tcp().set_write_timeout(Some(WRITE_TIMEOUT));
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     let mut last_heard = Instant::now();
@@ -574,7 +596,7 @@ fn read_loop(mut stream: TcpStream, events: &flume::Sender<Event>, shutdown: &At
                         return;
                     };
                     let Ok(bytes) = answer.encode() else { return };
-                    if (&stream).write_all(&bytes).is_err() {
+                    if stream.send(&bytes).is_err() {
                         return;
                     }
                 }

@@ -9,6 +9,23 @@
 //! broker's failure. Errors never carry the password.
 use super::{oauthbearer, plain, Mechanism, SaslError, ScramClient};
 
+/// The broker's own SASL login on the inter-broker listener (and on the controller
+/// quorum's port, with the same user and password).
+pub struct PeerLogin {
+    pub mechanism: Mechanism,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for PeerLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerLogin")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One exchange, from the first token to the server's last answer.
 #[derive(Debug)]
 pub struct SaslClientExchange {

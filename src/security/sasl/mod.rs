@@ -16,7 +16,7 @@ pub mod scram;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use client::{ClientStep, SaslClientExchange};
+pub use client::{ClientStep, PeerLogin, SaslClientExchange};
 pub use jwt::{JwtError, JwtValidator, ValidToken};
 pub use scram::{ScramClient, ScramCredential, ScramMechanism};
 
@@ -218,6 +218,40 @@ impl SaslServer {
                 Ok(step)
             }
         }
+    }
+}
+
+/// Rate-limits the log of failed authentications: `note` says when a line is due and how
+/// many failures it reports.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    last: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl FailureLog {
+    /// Counts one failure at `now`; `Some(n)` when a line is due, reporting `n` failures.
+    pub fn note(&mut self, now: std::time::Instant) -> Option<u64> {
+        self.unlogged += 1;
+        let interval =
+            std::time::Duration::from_millis(crate::limits::SASL_FAILURE_LOG_INTERVAL_MS);
+        if self.last.is_some_and(|t| now.duration_since(t) < interval) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
+}
+
+/// Is `password` the one `sasl_plain_users` gives `user`? Compared in constant time.
+pub fn plain_password_matches(
+    plain_users: &std::collections::BTreeMap<String, String>,
+    user: &str,
+    password: &[u8],
+) -> bool {
+    match plain_users.get(user) {
+        Some(expected) => bool::from(subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), password)),
+        None => false,
     }
 }
 
