@@ -5,6 +5,7 @@
 //! This is the top of the layering (only `main` sits above it), which is why it may start
 //! both the shards and the server that runs on them.
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,10 @@ use crate::clock::SystemClock;
 use crate::cluster::catalog::CatalogStore;
 use crate::cluster::quorum::Quorum;
 use crate::config::Config;
-use crate::limits::{MESH_CHANNEL_CAPACITY, SHUTDOWN_CLOSES_IN_FLIGHT_MAX, SHUTDOWN_DRAIN_MS_MAX};
+use crate::limits::{
+    MESH_CHANNEL_CAPACITY, SHUTDOWN_CLOSES_IN_FLIGHT_MAX, SHUTDOWN_DRAIN_MS_MAX,
+    SHUTDOWN_PEERS_POLL_MS, SHUTDOWN_PEERS_WAIT_MS,
+};
 use crate::server::admission::Admission;
 use crate::shard::mesh::{self, Builder, Mesh};
 use crate::shard::{ShardCtx, Shared};
@@ -194,6 +198,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         clock,
         open_dirs: Default::default(),
         peer_security,
+        shards_draining: std::sync::atomic::AtomicUsize::new(nr_shards),
     });
     let builder: Builder =
         glommio::channels::channel_mesh::MeshBuilder::full(nr_shards, MESH_CHANNEL_CAPACITY);
@@ -373,6 +378,17 @@ async fn shard_main(
     while ctx.connections.get() > 0 && std::time::Instant::now() < deadline {
         let notified = ctx.connections_changed.listen();
         futures_lite::future::or(notified, glommio::timer::sleep(Duration::from_millis(100))).await;
+    }
+    // A shard that stopped here while another still drains would strand that shard's
+    // connections: an op they started on this shard over the mesh (a fetch of one of its
+    // partitions, a group request) would never be answered, and each such connection held
+    // its shard's shutdown to the deadline (10 s seen in tests). So every shard keeps
+    // serving the mesh until all are drained, each bound by the same deadline.
+    shared.shards_draining.fetch_sub(1, Ordering::AcqRel);
+    while shared.shards_draining.load(Ordering::Acquire) > 0
+        && std::time::Instant::now() < deadline + Duration::from_millis(SHUTDOWN_PEERS_WAIT_MS)
+    {
+        glommio::timer::sleep(Duration::from_millis(SHUTDOWN_PEERS_POLL_MS)).await;
     }
     retention.cancel();
     if let Some(t) = cleaner {

@@ -49,6 +49,11 @@ pub const DECODE_ALLOCATION_LAZY_MIN: usize = 256 * 1024 * 1024;
 /// Graceful shutdown waits this long for in-flight requests before closing anyway.
 pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 
+/// Past its own drain deadline, how much longer a shard waits for the other shards to drain
+/// (it serves their mesh ops meanwhile), and how often it looks.
+pub const SHUTDOWN_PEERS_WAIT_MS: u64 = 1_000;
+pub const SHUTDOWN_PEERS_POLL_MS: u64 = 10;
+
 /// Logs a shard closes at once during shutdown (each flushes, fsyncs and writes its state
 /// files): enough to overlap their I/O, bounded so thousands of partitions do not all queue
 /// their writes at the same moment.

@@ -82,6 +82,10 @@ pub struct Shared {
     /// How connections to the other brokers are secured (the inter-broker listener's TLS
     /// and SASL), shared by every shard's peer connections.
     pub peer_security: Arc<peer::PeerSecurity>,
+    /// Shards whose connections are not yet drained at shutdown. A shard keeps running (so
+    /// it keeps serving its peers' mesh ops) until this is 0: a connection on another shard
+    /// may be waiting for an op this shard started, such as a fetch of one of its partitions.
+    pub shards_draining: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
