@@ -363,6 +363,7 @@ async fn shard_main(
     info!(shard, "shutting down");
     ctx.shutting_down.set(true);
     ctx.shutdown_notify.notify_all();
+    crate::shard::groups::release_parked(&ctx);
     for acceptor in acceptors {
         acceptor.cancel();
     }

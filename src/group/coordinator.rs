@@ -138,6 +138,18 @@ struct Group {
 }
 
 impl Group {
+    /// Answers `error` to every member's parked JoinGroup and SyncGroup.
+    fn answer_parked(&mut self, error: ErrorCode, out: &mut Vec<Output>) {
+        for m in self.members.values_mut() {
+            if let Some(id) = m.awaiting_join.take() {
+                out.push(Output::Join(id, JoinResult::error(&m.id, error)));
+            }
+            if let Some(id) = m.awaiting_sync.take() {
+                out.push(Output::Sync(id, SyncResult::error(error)));
+            }
+        }
+    }
+
     fn new(id: &str, partition: i32, now: Now) -> Self {
         Self {
             id: id.to_string(),
@@ -1399,9 +1411,27 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Forgets every group of `partition`: this broker no longer coordinates it.
-    pub fn unload_partition(&mut self, partition: i32) {
-        self.groups.retain(|_, g| g.partition != partition);
+    /// Forgets every group of `partition`: this broker no longer coordinates it. Members
+    /// parked in a JoinGroup or SyncGroup are answered NOT_COORDINATOR, as Kafka's coordinator
+    /// does when it unloads a group: they look for the new coordinator at once instead of
+    /// waiting out their request timeout for an answer nobody would send.
+    pub fn unload_partition(&mut self, partition: i32, out: &mut Vec<Output>) {
+        self.groups.retain(|_, g| {
+            if g.partition != partition {
+                return true;
+            }
+            g.answer_parked(ErrorCode::NotCoordinator, out);
+            false
+        });
+    }
+
+    /// The broker is shutting down: every member parked in a JoinGroup or SyncGroup is
+    /// answered NOT_COORDINATOR (it finds the coordinator again once it is back or moved), so
+    /// no connection holds the shutdown for a rebalance that will not complete here.
+    pub fn release_parked(&mut self, out: &mut Vec<Output>) {
+        for g in self.groups.values_mut() {
+            g.answer_parked(ErrorCode::NotCoordinator, out);
+        }
     }
 
     /// Ends loading a partition: loaded members get a fresh session timeout from `now`

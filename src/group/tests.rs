@@ -1296,3 +1296,47 @@ fn deleted_topics_lose_their_offsets_in_every_group() {
     s.c.on_topics_deleted(&deleted, &mut s.out);
     assert!(s.appends().is_empty(), "nothing left to remove");
 }
+
+/// Unloading a partition (its leadership moved) answers the members parked in a JoinGroup or
+/// SyncGroup NOT_COORDINATOR, as Kafka does, instead of leaving their requests unanswered;
+/// a shutdown does the same for every group.
+#[test]
+fn unload_and_shutdown_answer_parked_members() {
+    let mut s = Sim::new();
+    let (id, r) = s.join_new();
+    assert!(s.join_reply(r).is_none(), "parked in the initial delay");
+    s.c.unload_partition(8, &mut s.out);
+    assert!(
+        s.join_reply(r).is_none(),
+        "another partition's unload leaves it parked"
+    );
+    s.c.unload_partition(7, &mut s.out);
+    let res = s.join_reply(r).expect("answered on unload");
+    assert_eq!(res.error, Some(ErrorCode::NotCoordinator));
+    assert_eq!(res.member_id, id);
+    assert_eq!(s.c.group_state("g"), GroupState::Dead);
+
+    // Two members: the leader syncs first and is parked until the follower's SyncGroup.
+    let mut s = Sim::new();
+    let (ids, generation) = s.stable_group(2);
+    let (a, b) = (ids[0].clone(), ids[1].clone());
+    let ra = s.join(Sim::join_args(&a, None, &["range"]));
+    let rb = s.join(Sim::join_args(&b, None, &["range"]));
+    let leader = s.join_reply(ra).expect("rejoin completes").leader;
+    let _ = s.join_reply(rb).expect("rejoin completes");
+    let follower = if leader == a { b } else { a };
+    let rs = s.sync(&follower, generation + 1, &[]);
+    assert!(
+        s.sync_reply(rs).is_none(),
+        "the follower waits for the leader's assignment"
+    );
+    s.c.release_parked(&mut s.out);
+    let res = s.sync_reply(rs).expect("answered on shutdown");
+    assert_eq!(res.error, Some(ErrorCode::NotCoordinator));
+    assert!(
+        !s.out
+            .iter()
+            .any(|o| matches!(o, Output::Join(..) | Output::Sync(..))),
+        "nothing else was parked"
+    );
+}

@@ -880,10 +880,12 @@ pub fn become_coordinator(ctx: &Rc<ShardCtx>, partition: i32) {
         let records = load_partition(&ctx, partition, &p).await;
         // Leadership may have moved on while we read.
         if !ctx.groups.led.borrow().contains_key(&partition) {
+            let mut out = Vec::new();
             ctx.groups
                 .coordinator
                 .borrow_mut()
-                .unload_partition(partition);
+                .unload_partition(partition, &mut out);
+            run_outputs(&ctx, out);
             return;
         }
         ctx.groups
@@ -949,12 +951,23 @@ pub async fn wait_loaded(ctx: &Rc<ShardCtx>, limit: Duration) {
 /// new leader loads them from the log).
 pub fn resign(ctx: &Rc<ShardCtx>, partition: i32) {
     if ctx.groups.led.borrow_mut().remove(&partition).is_some() {
+        let mut out = Vec::new();
         ctx.groups
             .coordinator
             .borrow_mut()
-            .unload_partition(partition);
+            .unload_partition(partition, &mut out);
+        run_outputs(ctx, out);
         info!(shard = ctx.id, partition, "no longer coordinating");
     }
+}
+
+/// The broker is shutting down: members parked in a JoinGroup or SyncGroup get
+/// NOT_COORDINATOR now (see `Coordinator::release_parked`) rather than holding their
+/// connection, and so the shutdown, to the drain deadline.
+pub fn release_parked(ctx: &Rc<ShardCtx>) {
+    let mut out = Vec::new();
+    ctx.groups.coordinator.borrow_mut().release_parked(&mut out);
+    run_outputs(ctx, out);
 }
 
 async fn load_partition(ctx: &Rc<ShardCtx>, partition: i32, p: &Rc<Partition>) -> usize {
