@@ -51,6 +51,7 @@ def main() -> int:
 
 def run_kafka_python(args, log) -> int:
     from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata
+    from kafka.errors import KafkaError
 
     consumer = KafkaConsumer(
         bootstrap_servers=args.bootstrap,
@@ -79,7 +80,17 @@ def run_kafka_python(args, log) -> int:
     consumer.subscribe([args.topic], listener=Listener())
     log("READY")
     while not stop:
-        batches = consumer.poll(timeout_ms=200)
+        try:
+            batches = consumer.poll(timeout_ms=200)
+        except KafkaError as e:
+            # kafka-python 3 raises a retriable error (the coordinator's connection refused
+            # while the broker restarts) out of poll(), where the Java client retries inside
+            # it: an application polls again, and so does this one.
+            if not e.retriable:
+                raise
+            log(f"E poll {type(e).__name__}")
+            time.sleep(0.2)
+            continue
         if not batches:
             continue
         offsets = {}
