@@ -813,26 +813,15 @@ impl Config {
             .inter_broker_sasl_mechanism()
             .map_err(|m| invalid("sasl_mechanism_inter_broker_protocol", m))?;
         if has_peers && inter_broker.uses_sasl() {
-            for (key, value) in [
-                (
-                    "inter_broker_sasl_username",
-                    &self.inter_broker_sasl_username,
-                ),
-                (
-                    "inter_broker_sasl_password",
-                    &self.inter_broker_sasl_password,
-                ),
-            ] {
-                if value.is_empty() {
-                    return Err(invalid(
-                        key,
-                        format!(
-                            "needed: the inter-broker listener {} is {inter_broker}, and \
-                             brokers log in on it",
-                            listeners.inter_broker
-                        ),
-                    ));
-                }
+            if let Some(key) = self.missing_inter_broker_login() {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "needed: the inter-broker listener {} is {inter_broker}, and \
+                         brokers log in on it",
+                        listeners.inter_broker
+                    ),
+                ));
             }
             if !self
                 .sasl_mechanisms()
@@ -870,7 +859,25 @@ impl Config {
         Ok(())
     }
 
-    /// The metrics listener's address, if it is on.
+    /// The first of the broker's own login settings left empty, if any: brokers log in to
+    /// each other, and nodes to the controllers, with `inter_broker_sasl_username` and its
+    /// password.
+    fn missing_inter_broker_login(&self) -> Option<&'static str> {
+        [
+            (
+                "inter_broker_sasl_username",
+                &self.inter_broker_sasl_username,
+            ),
+            (
+                "inter_broker_sasl_password",
+                &self.inter_broker_sasl_password,
+            ),
+        ]
+        .into_iter()
+        .find(|(_, value)| value.is_empty())
+        .map(|(key, _)| key)
+    }
+
     /// The broker's own login on the other brokers' SASL listeners and on the controllers'
     /// port: `inter_broker_sasl_username` with its password and `mechanism`; `None` without
     /// a username (a single node, which has no peers).
@@ -971,22 +978,11 @@ impl Config {
             }
         }
         if protocol.uses_sasl() {
-            for (key, value) in [
-                (
-                    "inter_broker_sasl_username",
-                    &self.inter_broker_sasl_username,
-                ),
-                (
-                    "inter_broker_sasl_password",
-                    &self.inter_broker_sasl_password,
-                ),
-            ] {
-                if value.is_empty() {
-                    return Err(invalid(
-                        key,
-                        why("nodes log in on the controllers' port with it"),
-                    ));
-                }
+            if let Some(key) = self.missing_inter_broker_login() {
+                return Err(invalid(
+                    key,
+                    why("nodes log in on the controllers' port with it"),
+                ));
             }
             if is_controller && self.plain_users().unwrap_or_default().is_empty() {
                 return Err(invalid(
@@ -1147,6 +1143,7 @@ impl Config {
         }
     }
 
+    /// The metrics listener's address, if it is on.
     pub fn metrics_address(&self) -> Result<Option<SocketAddr>, ConfigError> {
         if self.metrics_listen.is_empty() {
             return Ok(None);
