@@ -915,7 +915,7 @@ impl Config {
             ))
         };
         let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
-        crate::security::tls::client_config(&truststore, identity)
+        crate::security::tls::client_config(&truststore, identity, true)
             .map(Some)
             .map_err(|e| format!("TLS client: {e}"))
     }

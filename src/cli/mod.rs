@@ -9,6 +9,7 @@
 
 mod acl;
 mod cluster;
+mod command_config;
 mod consume;
 mod group;
 pub mod log_dump;
@@ -19,6 +20,7 @@ mod txn;
 mod user;
 
 use crate::client::{Client, ClientConfig, BOOTSTRAP_DEFAULT};
+use command_config::{CommandConfig, Protocol};
 
 pub use acl::AclCommand;
 pub use cluster::{ClusterCommand, ReassignArgs};
@@ -36,8 +38,9 @@ pub struct ConnectArgs {
     /// Broker address(es) to bootstrap from, HOST:PORT[,HOST:PORT...].
     #[arg(long, env = "STRATA_BOOTSTRAP", default_value = BOOTSTRAP_DEFAULT)]
     pub bootstrap: String,
-    /// Authenticate with SASL on a SASL_PLAINTEXT listener: PLAIN, SCRAM-SHA-256 or
-    /// SCRAM-SHA-512 (with --sasl-username and --sasl-password).
+    /// Authenticate with SASL on a SASL_PLAINTEXT listener (or SASL_SSL, with TLS from
+    /// --command-config): PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with --sasl-username and
+    /// --sasl-password).
     #[arg(long, value_name = "MECHANISM")]
     pub sasl_mechanism: Option<String>,
     #[arg(long, value_name = "USER")]
@@ -45,85 +48,70 @@ pub struct ConnectArgs {
     #[arg(long, value_name = "PASSWORD")]
     pub sasl_password: Option<String>,
     /// A Kafka client properties file, as kafka-acls.sh's and kafka-topics.sh's
-    /// --command-config: `security.protocol` (PLAINTEXT or SASL_PLAINTEXT),
+    /// --command-config: `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL),
     /// `sasl.mechanism` and `sasl.jaas.config` (username and password of a PlainLoginModule or
-    /// ScramLoginModule). The --sasl-* flags win over it.
+    /// ScramLoginModule); for TLS a PEM CA bundle in `ssl.truststore.location` (or
+    /// `ssl.ca.location`), for mTLS the client's key and certificate in one PEM
+    /// `ssl.keystore.location` (or `ssl.key.location` with `ssl.certificate.location`), and
+    /// `ssl.endpoint.identification.algorithm=` (empty) to skip the host name check. A setting
+    /// the client cannot honour is an error naming it. The --sasl-* flags win over the file.
     #[arg(long, value_name = "FILE")]
     pub command_config: Option<std::path::PathBuf>,
 }
 
-/// What a `--command-config` file says about authentication.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct CommandConfig {
-    mechanism: Option<String>,
-    username: Option<String>,
-    password: Option<String>,
-}
-
-/// Reads Kafka's client properties (`key=value` or `key: value` lines, `#`/`!` comments).
-fn parse_command_config(text: &str) -> anyhow::Result<CommandConfig> {
-    let mut out = CommandConfig::default();
-    for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
-        }
-        let Some((key, value)) = line.split_once(['=', ':']) else {
-            continue;
-        };
-        let (key, value) = (key.trim(), value.trim());
-        match key {
-            "security.protocol" => match value.to_ascii_uppercase().as_str() {
-                "PLAINTEXT" | "SASL_PLAINTEXT" => {}
-                other => anyhow::bail!(
-                    "security.protocol={other}: strata's client speaks PLAINTEXT and SASL_PLAINTEXT"
-                ),
-            },
-            "sasl.mechanism" => out.mechanism = Some(value.to_string()),
-            "sasl.jaas.config" => {
-                out.username = jaas_option(value, "username");
-                out.password = jaas_option(value, "password");
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
-/// `name="value"` from a JAAS line (`... required username="admin" password="secret";`).
-fn jaas_option(jaas: &str, name: &str) -> Option<String> {
-    let start = jaas.find(&format!("{name}=\""))? + name.len() + 2;
-    let rest = jaas.get(start..)?;
-    rest.find('"').map(|end| rest[..end].to_string())
-}
-
 impl ConnectArgs {
-    /// Connects to the cluster (authenticating first when --sasl-mechanism is given, or the
-    /// --command-config file names a mechanism).
+    /// Connects to the cluster: in TLS when the --command-config file's `security.protocol`
+    /// is SSL or SASL_SSL, authenticating first when --sasl-mechanism is given or the file
+    /// names a mechanism.
     pub fn connect(&self) -> anyhow::Result<Client> {
         let mut config = ClientConfig::from_bootstrap(&self.bootstrap)?;
         let file = match &self.command_config {
-            Some(path) => parse_command_config(
-                &std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("--command-config {}: {e}", path.display()))?,
-            )?,
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(anyhow::Error::from)
+                .and_then(|text| command_config::parse(&text))
+                .and_then(|file| {
+                    if file.protocol.is_some_and(Protocol::uses_tls) {
+                        config.tls = Some(file.tls_config()?);
+                    }
+                    Ok(file)
+                })
+                .map_err(|e| anyhow::anyhow!("--command-config {}: {e:#}", path.display()))?,
             None => CommandConfig::default(),
         };
-        let mechanism = self.sasl_mechanism.clone().or(file.mechanism);
+        // A file without `security.protocol` still lends its SASL settings (it always has);
+        // PLAINTEXT and SSL ignore them, as Kafka's clients do.
+        let file_sasl = file.protocol.is_none_or(Protocol::uses_sasl);
+        let mechanism = match &self.sasl_mechanism {
+            Some(name) => Some(
+                crate::security::sasl::Mechanism::from_name(name)
+                    .filter(|m| *m != crate::security::sasl::Mechanism::OAuthBearer)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "unknown SASL mechanism {name:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                        )
+                    })?,
+            ),
+            None => file.mechanism.filter(|_| file_sasl),
+        };
+        if file.protocol.is_some_and(Protocol::uses_sasl) && mechanism.is_none() {
+            anyhow::bail!(
+                "--command-config: security.protocol SASL_PLAINTEXT and SASL_SSL need \
+                 sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) and sasl.jaas.config"
+            );
+        }
         let username = self.sasl_username.clone().or(file.username);
         let password = self.sasl_password.clone().or(file.password);
-        if let Some(name) = &mechanism {
-            let mechanism = crate::security::sasl::Mechanism::from_name(name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown SASL mechanism {name:?} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
-                )
-            })?;
-            let (Some(username), Some(password)) = (&username, &password) else {
-                anyhow::bail!("--sasl-mechanism needs --sasl-username and --sasl-password");
+        if let Some(mechanism) = mechanism {
+            let (Some(username), Some(password)) = (username, password) else {
+                anyhow::bail!(
+                    "SASL needs a username and password: --sasl-username and \
+                     --sasl-password, or sasl.jaas.config in --command-config"
+                );
             };
             config.sasl = Some(crate::client::SaslLogin {
                 mechanism,
-                username: username.clone(),
-                password: password.clone(),
+                username,
+                password,
             });
         }
         Ok(Client::connect(config)?)
@@ -190,27 +178,6 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
 /// Whether an error is a closed stdout (`strata consume | head`), which is not a failure.
 pub(crate) fn is_broken_pipe(err: &std::io::Error) -> bool {
     err.kind() == std::io::ErrorKind::BrokenPipe
-}
-
-#[cfg(test)]
-mod command_config_tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    /// Kafka's client properties give the mechanism and the JAAS username and password; a
-    /// TLS protocol the client cannot speak is refused rather than ignored.
-    #[test]
-    fn reads_kafka_client_properties() {
-        let text = "# admin\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n\
-            sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
-            username=\"admin\" password=\"s=cr:et\";\n";
-        let c = parse_command_config(text).unwrap();
-        assert_eq!(c.mechanism.as_deref(), Some("SCRAM-SHA-512"));
-        assert_eq!(c.username.as_deref(), Some("admin"));
-        assert_eq!(c.password.as_deref(), Some("s=cr:et"));
-        assert!(parse_command_config("security.protocol=SASL_SSL").is_err());
-        assert_eq!(parse_command_config("").unwrap(), CommandConfig::default());
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! One blocking TCP connection to one broker: framing, headers, correlation ids and API version
-//! negotiation.
+//! One blocking TCP connection to one broker, in TLS when the listener is SSL or SASL_SSL:
+//! framing, headers, correlation ids and API version negotiation.
 //!
 //! Invariants: requests on a connection are strictly sequential (send one, read its response),
 //! so the correlation id of every response must equal the one just sent — a mismatch means the
@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -43,10 +44,50 @@ impl Default for Timeouts {
     }
 }
 
+/// The byte stream under the Kafka framing: the socket, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// A connection with its negotiated API versions.
 pub struct Connection {
     addr: String,
-    stream: TcpStream,
+    stream: Stream,
     correlation_id: i32,
     client_id: StrBytes,
     timeouts: Timeouts,
@@ -71,8 +112,15 @@ pub struct SaslLogin {
 }
 
 impl Connection {
-    /// Connects to `addr` (HOST:PORT) and negotiates API versions.
-    pub fn connect(addr: &str, client_id: &str, timeouts: Timeouts) -> Result<Connection> {
+    /// Connects to `addr` (HOST:PORT), completes the TLS handshake when `tls` is given (the
+    /// broker's certificate checked as the configuration says, for the host of `addr`), and
+    /// negotiates API versions.
+    pub fn connect(
+        addr: &str,
+        client_id: &str,
+        timeouts: Timeouts,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Connection> {
         let connect_err = |reason: String| ClientError::Connect {
             addr: addr.to_owned(),
             reason,
@@ -105,6 +153,10 @@ impl Connection {
         stream
             .set_write_timeout(Some(timeouts.request))
             .map_err(io_err)?;
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some(config) => Stream::Tls(Box::new(handshake(addr, stream, config, timeouts)?)),
+        };
         let mut conn = Connection {
             addr: addr.to_owned(),
             stream,
@@ -299,8 +351,10 @@ impl Connection {
         }
         // The bound above keeps `len` well inside i32.
         frame[..4].copy_from_slice(&(len as i32).to_be_bytes());
+        // Flushing pushes out what TLS still holds of the frame.
         self.stream
             .write_all(&frame)
+            .and_then(|()| self.stream.flush())
             .map_err(|e| self.io_error(e))?;
         Ok(self.correlation_id)
     }
@@ -315,6 +369,7 @@ impl Connection {
     ) -> Result<Bytes> {
         let correlation_id = self.write_request(api_key, version, body)?;
         self.stream
+            .tcp()
             .set_read_timeout(Some(self.timeouts.request + broker_wait))
             .map_err(|e| self.io_error(e))?;
         let mut size = [0u8; 4];
@@ -370,6 +425,11 @@ impl Connection {
     }
 
     fn io_error(&self, source: io::Error) -> ClientError {
+        // A broker that refuses our client certificate says so after a TLS 1.3 handshake has
+        // completed on our side: the alert comes with the first read.
+        if is_tls_error(&source) {
+            return tls_error(&self.addr, &source);
+        }
         match source.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Timeout {
                 addr: self.addr.clone(),
@@ -379,6 +439,66 @@ impl Connection {
                 source,
             },
         }
+    }
+}
+
+/// Runs the TLS handshake on a fresh socket (within the connect timeout), so a refused
+/// certificate is reported as such rather than as a failed first request.
+fn handshake(
+    addr: &str,
+    mut tcp: TcpStream,
+    config: &Arc<rustls::ClientConfig>,
+    timeouts: Timeouts,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    let host = crate::security::tls::host_of(addr);
+    let name =
+        rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| ClientError::Tls {
+            addr: addr.to_owned(),
+            reason: format!("{host:?} is no TLS server name: {e}"),
+        })?;
+    let mut tls =
+        rustls::ClientConnection::new(config.clone(), name).map_err(|e| ClientError::Tls {
+            addr: addr.to_owned(),
+            reason: e.to_string(),
+        })?;
+    tcp.set_read_timeout(Some(timeouts.connect))
+        .map_err(|source| ClientError::Io {
+            addr: addr.to_owned(),
+            source,
+        })?;
+    while tls.is_handshaking() {
+        match tls.complete_io(&mut tcp) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ClientError::Tls {
+                    addr: addr.to_owned(),
+                    reason: "no TLS handshake answer in time (is the listener TLS?)".to_owned(),
+                })
+            }
+            Err(e) => return Err(tls_error(addr, &e)),
+        }
+    }
+    Ok(rustls::StreamOwned::new(tls, tcp))
+}
+
+fn is_tls_error(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<rustls::Error>())
+}
+
+/// A TLS failure in words that name the `--command-config` setting to look at.
+fn tls_error(addr: &str, e: &io::Error) -> ClientError {
+    ClientError::Tls {
+        addr: addr.to_owned(),
+        reason: crate::security::tls::describe_client_error(
+            e,
+            "ssl.truststore.location",
+            "the client certificate (ssl.keystore.location or ssl.certificate.location)",
+        ),
     }
 }
 
@@ -456,7 +576,7 @@ mod tests {
             }),
         ];
         let (addr, broker) = fake_broker(script);
-        let conn = Connection::connect(&addr, "test", Timeouts::default()).expect("connect");
+        let conn = Connection::connect(&addr, "test", Timeouts::default(), None).expect("connect");
         assert_eq!(conn.version_for::<MetadataRequest>(Some(12)).expect("v"), 9);
         assert_eq!(conn.version_for::<MetadataRequest>(Some(4)).expect("v"), 4);
         assert!(matches!(
@@ -482,7 +602,8 @@ mod tests {
             Box::new(|_| ((RESPONSE_BYTES_MAX + 1) as i32).to_be_bytes().to_vec()),
         ];
         let (addr, broker) = fake_broker(script);
-        let mut conn = Connection::connect(&addr, "test", Timeouts::default()).expect("connect");
+        let mut conn =
+            Connection::connect(&addr, "test", Timeouts::default(), None).expect("connect");
         let err = conn
             .send(&MetadataRequest::default(), 4)
             .expect_err("too large");
@@ -494,7 +615,8 @@ mod tests {
             Box::new(move |h| frame(h.correlation_id + 7, versions(&keys, 0), 0)),
         ];
         let (addr, broker) = fake_broker(script);
-        let mut conn = Connection::connect(&addr, "test", Timeouts::default()).expect("connect");
+        let mut conn =
+            Connection::connect(&addr, "test", Timeouts::default(), None).expect("connect");
         let err = conn
             .send(&ApiVersionsRequest::default(), 0)
             .expect_err("mismatch");

@@ -17,6 +17,9 @@ pub enum ClientError {
     #[error("cannot connect to {addr}: {reason} — is `strata serve` running?")]
     Connect { addr: String, reason: String },
 
+    #[error("TLS with {addr} failed: {reason}")]
+    Tls { addr: String, reason: String },
+
     #[error("I/O error talking to {addr}: {source}")]
     Io {
         addr: String,

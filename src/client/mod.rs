@@ -79,7 +79,10 @@ pub struct ClientConfig {
     pub bootstrap: Vec<String>,
     pub client_id: String,
     pub timeouts: Timeouts,
-    /// SASL credentials, for a SASL_PLAINTEXT listener: every connection authenticates first.
+    /// TLS, for an SSL or SASL_SSL listener: every connection is wrapped in it.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// SASL credentials, for a SASL_PLAINTEXT or SASL_SSL listener: every connection
+    /// authenticates first (inside TLS when there is TLS).
     pub sasl: Option<connection::SaslLogin>,
 }
 
@@ -105,6 +108,7 @@ impl ClientConfig {
             bootstrap,
             client_id: "strata-cli".to_owned(),
             timeouts: Timeouts::default(),
+            tls: None,
             sasl: None,
         })
     }
@@ -179,13 +183,16 @@ impl Client {
     pub fn connect(config: ClientConfig) -> Result<Client> {
         let mut last_err = None;
         for addr in &config.bootstrap {
-            let connected =
-                Connection::connect(addr, &config.client_id, config.timeouts).and_then(|mut c| {
-                    match &config.sasl {
-                        Some(login) => c.authenticate(login).map(|()| c),
-                        None => Ok(c),
-                    }
-                });
+            let connected = Connection::connect(
+                addr,
+                &config.client_id,
+                config.timeouts,
+                config.tls.as_ref(),
+            )
+            .and_then(|mut c| match &config.sasl {
+                Some(login) => c.authenticate(login).map(|()| c),
+                None => Ok(c),
+            });
             match connected {
                 Ok(bootstrap) => {
                     return Ok(Client {
@@ -337,8 +344,12 @@ impl Client {
                 .brokers
                 .get(&node_id)
                 .ok_or(ClientError::UnknownBroker { node_id })?;
-            let mut conn =
-                Connection::connect(&info.addr(), &self.config.client_id, self.config.timeouts)?;
+            let mut conn = Connection::connect(
+                &info.addr(),
+                &self.config.client_id,
+                self.config.timeouts,
+                self.config.tls.as_ref(),
+            )?;
             if let Some(login) = &self.config.sasl {
                 conn.authenticate(login)?;
             }

@@ -5,10 +5,14 @@
 //! while it keeps the configuration it had.
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{
+    CertificateError, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme,
+};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -124,19 +128,30 @@ pub fn server_config(
 }
 
 /// Builds the configuration of a TLS client (a broker reaching another on a TLS
-/// inter-broker listener): TLS 1.2 and 1.3, the server checked against `truststore_pem`
-/// and its name (Kafka's default `ssl.endpoint.identification.algorithm=https`), and
-/// `identity` (certificate chain PEM, key PEM) offered when the server asks for a client
-/// certificate, as Kafka's broker offers its own keystore.
+/// inter-broker listener, or the `strata` CLI): TLS 1.2 and 1.3, the server checked against
+/// `truststore_pem` and, when `check_name` (Kafka's default
+/// `ssl.endpoint.identification.algorithm=https`), its name; `identity` (certificate chain
+/// PEM, key PEM) is offered when the server asks for a client certificate, as Kafka's clients
+/// offer their keystore.
 pub fn client_config(
     truststore_pem: &[u8],
     identity: Option<(&[u8], &[u8])>,
+    check_name: bool,
 ) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let roots = root_store(truststore_pem).map_err(TlsError::Truststore)?;
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(roots);
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = if check_name {
+        builder.with_root_certificates(roots)
+    } else {
+        let chain = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| TlsError::Truststore(e.to_string()))?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServerName(chain)))
+    };
     let config = match identity {
         None => builder.with_no_client_auth(),
         Some((certificate_pem, key_pem)) => {
@@ -151,20 +166,105 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
-/// A TLS handshake failure in words.
+/// The server check of `ssl.endpoint.identification.algorithm=` (empty): the chain must
+/// still lead to a trusted CA, only the name in the certificate is not compared with the
+/// host. webpki checks the chain before the name, so a name error means the chain passed.
+#[derive(Debug)]
+struct AnyServerName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyServerName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// The host of `addr` (`host:port` or `[v6]:port`), for TLS's server name.
+pub fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// A broker's own TLS handshake failure (to another broker or a controller) in words: its
+/// CAs come from `ssl_truststore_location`, it offers its own certificate.
 pub fn describe_tls_error(e: &std::io::Error) -> String {
+    describe_client_error(e, "ssl_truststore_location", "this broker's certificate")
+}
+
+/// Why a TLS client's handshake (or the first read after it, where TLS 1.3 reports a refused
+/// client certificate) failed, in words that point at the setting to look at:
+/// `truststore_setting` holds the CAs, `our_certificate` names what we offered.
+pub fn describe_client_error(
+    e: &std::io::Error,
+    truststore_setting: &str,
+    our_certificate: &str,
+) -> String {
     match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(
+            why @ (CertificateError::NotValidForName
+            | CertificateError::NotValidForNameContext { .. }),
+        )) => format!("its certificate is not for the host it is reached at ({why:?})"),
         Some(rustls::Error::InvalidCertificate(why)) => format!(
             "its certificate is not accepted ({why:?}): is it signed by a CA of \
-             ssl_truststore_location, for the address it is reached at?"
+             {truststore_setting}, for the address it is reached at?"
         ),
-        Some(rustls::Error::AlertReceived(alert)) => format!(
-            "it refused the handshake ({alert:?}): does it trust this broker's certificate?"
-        ),
+        Some(rustls::Error::AlertReceived(alert)) => {
+            format!("it refused the handshake ({alert:?}): does it trust {our_certificate}?")
+        }
         Some(other) => other.to_string(),
         None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             "it closed the connection during the handshake (is the listener TLS?)".into()
         }
         None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn the_server_name_is_the_host_of_the_address() {
+        assert_eq!(host_of("broker1.example:9093"), "broker1.example");
+        assert_eq!(host_of("10.0.0.1:9093"), "10.0.0.1");
+        assert_eq!(host_of("[::1]:9093"), "::1");
     }
 }

@@ -28,7 +28,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use crate::config::Config;
 use crate::limits::PEER_RESPONSE_BYTES_MAX;
 use crate::security::sasl::{ClientStep, PeerLogin, SaslClientExchange};
-use crate::security::tls::describe_tls_error;
+use crate::security::tls::{describe_tls_error, host_of};
 use crate::security::{Listeners, SecurityProtocol};
 
 /// SaslAuthenticate v1: the first with the session's lifetime (KIP-368).
@@ -132,14 +132,6 @@ pub struct PeerConnection {
     security: Arc<PeerSecurity>,
     /// When the SASL session must be renewed (the other side bounds it), if ever.
     reauth_at: Option<Instant>,
-}
-
-/// The host of `addr` (`host:port` or `[v6]:port`), for TLS's server name.
-pub(crate) fn host_of(addr: &str) -> &str {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
 }
 
 /// Runs `work`, or gives up after `timeout`.
@@ -383,17 +375,5 @@ impl PeerConnection {
         }
         crate::alloc::guarded(|| R::Response::decode(&mut body, version))
             .map_err(|e| bad(format!("decode: {e}")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_of;
-
-    #[test]
-    fn the_server_name_is_the_host_of_the_address() {
-        assert_eq!(host_of("broker1.example:9093"), "broker1.example");
-        assert_eq!(host_of("10.0.0.1:9093"), "10.0.0.1");
-        assert_eq!(host_of("[::1]:9093"), "::1");
     }
 }

@@ -464,3 +464,70 @@ def test_sasl_ssl_client_skipping_sasl_is_closed_unserved(sasl_env, broker_facto
     log = b.log_path.read_text(errors="replace")
     assert "panicked" not in log
     confluent_round_trip(b.tls_bootstrap, "tls-hidden", "PLAIN", *ADMIN, ca=pki.ca)
+
+
+# --- The strata CLI's --command-config over SASL_SSL ---------------------------------------------
+
+def strata_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(strata_bin()), *args], capture_output=True, timeout=TIMEOUT_S)
+
+
+def scram_command_config(path: Path, ca: Path, user: str, password: str) -> Path:
+    """Kafka's client properties for SASL_SSL with SCRAM-SHA-512 and a PEM truststore, as
+    kafka-acls.sh --command-config takes them."""
+    path.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{user}" password="{password}";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={ca}\n")
+    return path
+
+
+def test_cli_command_config_sasl_ssl_scram(sasl_env, broker_factory, monkeypatch, pki, tmp_path):
+    """Proves the strata CLI's --command-config over SASL_SSL with SCRAM-SHA-512 (server
+    verified against the PEM truststore): `user scram set/list`, `topic create/list` and
+    `acl add/list` work against the SASL_SSL listener; a wrong password fails as an
+    authentication failure and a truststore of another CA as an untrusted certificate, each
+    with a message that says so."""
+    sasl_env.setenv("STRATA_AUTHORIZER", "acl")
+    sasl_env.setenv("STRATA_SUPER_USERS", "User:admin")
+    b = start_sasl_ssl_broker(broker_factory, monkeypatch, pki)
+    scram_set(b.bootstrap, "admin", "admin-scram")
+    cc = scram_command_config(tmp_path / "admin.properties", pki.ca, "admin", "admin-scram")
+    on_tls = ["--bootstrap", b.tls_bootstrap, "--command-config", str(cc)]
+    strata("user", "scram", "set", *on_tls, "--user", "carol", "--password", "carol-pw",
+           "--mechanism", "SCRAM-SHA-512")
+    listing = strata("user", "scram", "list", *on_tls)
+    assert "carol" in listing and "admin" in listing and "SCRAM-SHA-512" in listing, listing
+    strata("topic", "create", "cc-sasl-ssl", "--partitions", "1", *on_tls)
+    assert "cc-sasl-ssl" in strata("topic", "list", *on_tls)
+    strata("acl", "add", "--allow-principal", "User:carol", "--operation", "Read",
+           "--topic", "cc-sasl-ssl", *on_tls)
+    rows = [line.split() for line in strata("acl", "list", *on_tls).splitlines()[1:]]
+    assert rows == [["TOPIC", "cc-sasl-ssl", "LITERAL", "User:carol", "*", "READ", "ALLOW"]], rows
+    # The new user's credentials work at once, from a file of her own.
+    carol = scram_command_config(tmp_path / "carol.properties", pki.ca, "carol", "carol-pw")
+    assert "cc-sasl-ssl" in strata("topic", "list", "--bootstrap", b.tls_bootstrap,
+                                   "--command-config", str(carol))
+
+    wrong = scram_command_config(tmp_path / "wrong.properties", pki.ca, "admin", "wrong")
+    r = strata_run("acl", "list", "--bootstrap", b.tls_bootstrap, "--command-config", str(wrong))
+    err = r.stderr.decode()
+    assert r.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in err, err
+    assert "panicked" not in err
+
+    from test_tls import Pki
+    other = Pki(tmp_path / "other-pki")
+    untrusted = scram_command_config(tmp_path / "untrusted.properties", other.ca, "admin", "admin-scram")
+    r = strata_run("acl", "list", "--bootstrap", b.tls_bootstrap, "--command-config", str(untrusted))
+    err = r.stderr.decode()
+    # (The other CA has the same name, so rustls sees a bad signature, not an unknown issuer.)
+    assert r.returncode != 0 and "TLS" in err and "certificate is not accepted" in err, err
+    assert "ssl.truststore.location" in err and "panicked" not in err
+    # A setting the client cannot honour is refused before connecting, naming its key.
+    jks = tmp_path / "jks.properties"
+    jks.write_text(cc.read_text().replace("ssl.truststore.type=PEM", "ssl.truststore.type=JKS"))
+    r = strata_run("topic", "list", "--bootstrap", b.tls_bootstrap, "--command-config", str(jks))
+    err = r.stderr.decode()
+    assert r.returncode != 0 and "ssl.truststore.type=JKS" in err and "panicked" not in err, err
+    assert "panicked" not in b.log_path.read_text(errors="replace")

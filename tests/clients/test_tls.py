@@ -325,3 +325,78 @@ def test_tls_failures_are_counted_per_listener(broker_factory, monkeypatch, pki)
     while ssl_failures(metrics_port) != {"SSL/SSL": 2} and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ssl_failures(metrics_port) == {"SSL/SSL": 2}
+
+
+def test_cli_command_config_mutual_tls(broker_factory, monkeypatch, pki, tmp_path):
+    """Proves the strata CLI's --command-config on an SSL listener with ssl_client_auth=required:
+    with the client certificate in a PEM keystore (Kafka's ssl.keystore.location) or split
+    librdkafka-style (ssl.certificate.location + ssl.key.location), `topic create/list`,
+    `acl add/list` and `user scram set/list` run as the certificate's principal (a super
+    user); without a certificate, or trusting another CA, the CLI fails with a message that
+    names the TLS cause, and the broker serves nothing."""
+    from harness import strata_bin
+    b = tls_broker(broker_factory, monkeypatch, pki, client_auth="required",
+                   STRATA_AUTHORIZER="acl", STRATA_SUPER_USERS="User:CN=client,O=test",
+                   STRATA_LOG="info,strata::server::tls=debug")
+    trust = f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca}\n"
+    keystore = tmp_path / "keystore.properties"
+    keystore.write_text(trust + f"ssl.keystore.type=PEM\nssl.keystore.location={pki.keystore()}\n")
+    split = tmp_path / "split.properties"
+    split.write_text(f"security.protocol=ssl\nssl.ca.location={pki.ca}\n"
+                     f"ssl.certificate.location={pki.client_cert}\nssl.key.location={pki.client_key}\n")
+
+    def strata(cc: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run([str(strata_bin()), *args, "--bootstrap", b.ssl_bootstrap, "--command-config", str(cc)],
+                           capture_output=True, timeout=60)
+        if ok:
+            assert r.returncode == 0, f"strata {' '.join(args)}: {r.stdout.decode()}{r.stderr.decode()}"
+        assert "panicked" not in r.stderr.decode()
+        return r
+
+    strata(keystore, "topic", "create", "cc-mtls", "--partitions", "1")
+    assert "cc-mtls" in strata(split, "topic", "list").stdout.decode()
+    strata(keystore, "acl", "add", "--allow-principal", "User:alice", "--operation", "Write", "--topic", "cc-mtls")
+    rows = [line.split() for line in strata(split, "acl", "list").stdout.decode().splitlines()[1:]]
+    assert rows == [["TOPIC", "cc-mtls", "LITERAL", "User:alice", "*", "WRITE", "ALLOW"]], rows
+    strata(keystore, "user", "scram", "set", "--user", "dave", "--password", "dave-pw", "--mechanism", "SCRAM-SHA-256")
+    assert "dave" in strata(split, "user", "scram", "list").stdout.decode()
+    assert "principal=User:CN=client,O=test" in b.log_path.read_text()
+
+    # No client certificate: the broker refuses the handshake and the CLI says so.
+    bare = tmp_path / "bare.properties"
+    bare.write_text(trust)
+    err = strata(bare, "topic", "list", ok=False).stderr.decode()
+    assert "TLS" in err and "refused the handshake" in err, err
+    # The broker's certificate checked against another CA.
+    other = Pki(tmp_path / "other-pki")
+    untrusted = tmp_path / "untrusted.properties"
+    untrusted.write_text(keystore.read_text().replace(str(pki.ca), str(other.ca)))
+    err = strata(untrusted, "topic", "list", ok=False).stderr.decode()
+    assert "certificate is not accepted" in err and "ssl.truststore.location" in err, err
+
+
+def test_cli_command_config_host_name_check(broker_factory, monkeypatch, pki, tmp_path):
+    """Proves the CLI checks the broker certificate's name against the host it connects to
+    (Kafka's default ssl.endpoint.identification.algorithm=https) and skips only that check,
+    not the CA's, when the setting is empty."""
+    from harness import strata_bin
+    pki.server_cert, pki.server_key = pki.issue("elsewhere", "/O=test/CN=elsewhere", serial=0x1002,
+                                                san="DNS:broker.invalid")
+    b = tls_broker(broker_factory, monkeypatch, pki)
+    cc = tmp_path / "client.properties"
+
+    def topic_list(text: str) -> subprocess.CompletedProcess:
+        cc.write_text(text)
+        r = subprocess.run([str(strata_bin()), "topic", "list", "--bootstrap", b.ssl_bootstrap,
+                            "--command-config", str(cc)], capture_output=True, timeout=60)
+        assert "panicked" not in r.stderr.decode()
+        return r
+
+    trust = f"security.protocol=SSL\nssl.ca.location={pki.ca}\n"
+    r = topic_list(trust)
+    assert r.returncode != 0 and "not for the host" in r.stderr.decode(), r.stderr.decode()
+    r = topic_list(trust + "ssl.endpoint.identification.algorithm=\n")
+    assert r.returncode == 0, r.stderr.decode()
+    other = Pki(tmp_path / "other-pki")
+    r = topic_list(f"security.protocol=SSL\nssl.ca.location={other.ca}\nssl.endpoint.identification.algorithm=\n")
+    assert r.returncode != 0 and "certificate is not accepted" in r.stderr.decode(), r.stderr.decode()
