@@ -284,3 +284,35 @@ pub const TXN_VERIFY_REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// one client grow every broker's image without bound. Kafka has no such limit; real
 /// deployments hold thousands.
 pub const ACL_BINDINGS_MAX: usize = 100_000;
+
+// ---- the log cleaner yields the disk to the foreground (`shard::cleaner`) ----
+
+/// Longest the cleaner holds back one segment read while the shard's flushers have a write
+/// or fdatasync in flight. A read issued beside a produce's fsync competes with it on the
+/// disk; waiting for the fsync (0.3-2 ms on the disks measured) costs the cleaner little,
+/// and the bound keeps it reading at least one 256 KiB chunk per millisecond-and-a-read
+/// under a produce load that always has an fsync in flight.
+pub const CLEANER_READ_FOREGROUND_WAIT_US: u64 = 1_000;
+
+/// How often a cleaner held back by foreground I/O looks again.
+pub const CLEANER_FOREGROUND_POLL_US: u64 = 200;
+
+/// Bytes of a replaced segment's file the cleaner frees at a time (it shrinks the unlinked
+/// file with ftruncate before closing it). Why: closing a pass's replaced segments at once
+/// freed 1.6 GB in one go, which ext4 mounted with `discard` trims in its next journal
+/// commit; every produce fdatasync waited ~0.2-0.3 s behind that trim (perf/RESULTS.md, log
+/// cleaner). 4 MiB is about half a millisecond of trim on the disk measured (~9 GB/s).
+pub const CLEANER_RELEASE_STEP_BYTES: u64 = 4 << 20;
+
+/// At most one release step per this interval: 400 MB/s of freed space at most, so a
+/// 1.6 GB pass frees its old segments in about 4 s, each trim a small share of the commits.
+pub const CLEANER_RELEASE_STEP_INTERVAL_MS: u64 = 10;
+
+/// Longest a release step waits for the shard's foreground writes and fsyncs to drain
+/// before it goes anyway, so space is freed under any load: ~70 MB/s at least. Kafka itself
+/// frees a replaced segment only `file.delete.delay.ms` (60 s) after the swap.
+pub const CLEANER_RELEASE_FOREGROUND_WAIT_MS: u64 = 50;
+
+/// How often the releaser looks again at a replaced segment file that a reader (or the
+/// pass itself) still holds: it is shrunk only once the cleaner holds the last handle.
+pub const CLEANER_RELEASE_HELD_RECHECK_MS: u64 = 10;

@@ -5,15 +5,29 @@
 //!
 //! Bounds: one key -> offset map per shard, `log.cleaner.dedupe.buffer.size` split over the
 //! shards; reads plus writes paced to `log.cleaner.io.max.bytes.per.second` per shard.
+//!
+//! Yielding the disk to the foreground (produce and replication writes and fsyncs, counted
+//! by `storage::foreground`): a segment read waits (bounded) while one is in flight, and
+//! the files of the segments a pass replaced are not simply closed — the last close of an
+//! unlinked file frees all its blocks, and ext4 mounted with `discard` trims them in the
+//! next journal commit, which every produce fdatasync waits on. A releaser task shrinks
+//! each file in small steps, paced and out of the foreground's way, then closes it.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
 use super::ShardCtx;
-use crate::storage::cleaner::{choose_dirtiest, OffsetMap};
-use crate::storage::CleanerThrottle;
+use crate::limits::{
+    CLEANER_FOREGROUND_POLL_US, CLEANER_READ_FOREGROUND_WAIT_US,
+    CLEANER_RELEASE_FOREGROUND_WAIT_MS, CLEANER_RELEASE_HELD_RECHECK_MS,
+    CLEANER_RELEASE_STEP_BYTES, CLEANER_RELEASE_STEP_INTERVAL_MS,
+};
+use crate::storage::cleaner::{choose_dirtiest, DiskYield, OffsetMap, Turn};
+use crate::storage::{foreground, CleanerThrottle, SegmentFile};
 
 /// Shares of the cleaner's task queue (the default queue has 1000): under contention the
 /// cleaner gets about 1% of the shard's CPU, and all of it when the shard is idle.
@@ -35,26 +49,58 @@ const CLEANER_CPU_SLICE: Duration = Duration::from_micros(200);
 /// (a timer already due completes without suspending).
 const CLEANER_SLICE_SLEEP: Duration = Duration::from_micros(50);
 
-/// Paces bytes to a rate over a sliding second, and the cleaner's computing to slices.
+/// How often an idle releaser looks for replaced segment files.
+const RELEASER_IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// Files of replaced segments waiting to be shrunk and closed, in the order the passes
+/// replaced them. Bounded by the segments the shard's logs had: each entry is one open file
+/// the log held before.
+type Retired = Rc<RefCell<VecDeque<Rc<dyn SegmentFile>>>>;
+
+/// Sleeps until `pacer` lets the next piece of cleaner disk work go.
+async fn yield_to_foreground(pacer: &mut DiskYield) {
+    while let Turn::Wait(d) = pacer.turn(Instant::now(), foreground::in_flight()) {
+        glommio::timer::sleep(d).await;
+    }
+}
+
+/// Paces bytes to a rate over a sliding second, the cleaner's computing to slices, and its
+/// reads around the foreground's I/O; hands replaced segment files to the releaser.
 struct RateThrottle {
     bytes_per_second: u64,
     window_start: Instant,
     window_bytes: u64,
     slice_start: Instant,
+    reads: DiskYield,
+    retired: Retired,
 }
 
 impl RateThrottle {
-    fn new(bytes_per_second: u64) -> Self {
+    fn new(bytes_per_second: u64, retired: Retired) -> Self {
         Self {
             bytes_per_second,
             window_start: Instant::now(),
             window_bytes: 0,
             slice_start: Instant::now(),
+            reads: DiskYield::new(
+                Duration::ZERO,
+                Duration::from_micros(CLEANER_READ_FOREGROUND_WAIT_US),
+                Duration::from_micros(CLEANER_FOREGROUND_POLL_US),
+            ),
+            retired,
         }
     }
 }
 
 impl CleanerThrottle for RateThrottle {
+    fn before_read(&mut self) -> futures::future::LocalBoxFuture<'_, ()> {
+        Box::pin(yield_to_foreground(&mut self.reads))
+    }
+
+    fn retire(&mut self, file: Rc<dyn SegmentFile>) {
+        self.retired.borrow_mut().push_back(file);
+    }
+
     fn charge(&mut self, bytes: u64) -> futures::future::LocalBoxFuture<'_, ()> {
         Box::pin(async move {
             if self.bytes_per_second == 0 {
@@ -95,17 +141,78 @@ pub fn spawn(ctx: Rc<ShardCtx>) -> Option<glommio::task::JoinHandle<()>> {
         glommio::Latency::NotImportant,
         "log-cleaner",
     );
-    glommio::spawn_local_into(cleaner_loop(ctx), queue)
+    let retired = Retired::default();
+    match glommio::spawn_local_into(releaser_loop(ctx.clone(), retired.clone()), queue) {
+        Ok(task) => drop(task.detach()),
+        Err(e) => {
+            warn!("cannot start the log cleaner's releaser: {e}");
+            return None;
+        }
+    }
+    glommio::spawn_local_into(cleaner_loop(ctx, retired), queue)
         .map_err(|e| warn!("cannot start the log cleaner: {e}"))
         .ok()
         .map(|t| t.detach())
 }
 
-async fn cleaner_loop(ctx: Rc<ShardCtx>) {
+/// Shrinks the files of replaced segments in `CLEANER_RELEASE_STEP_BYTES` steps, paced by
+/// `DiskYield` (one step per `CLEANER_RELEASE_STEP_INTERVAL_MS`, not while a foreground
+/// write or fsync is in flight, at most `CLEANER_RELEASE_FOREGROUND_WAIT_MS` late), then
+/// closes them. Each step is followed by an fdatasync of the shrunk file, so the journal
+/// commit that frees (and trims) its blocks runs now, in the foreground's gap, rather than
+/// inside the next produce's fsync. A file is shrunk only once the releaser holds its last
+/// handle: the log no longer lists it, so no reader can be reading it.
+async fn releaser_loop(ctx: Rc<ShardCtx>, retired: Retired) {
+    let mut steps = DiskYield::new(
+        Duration::from_millis(CLEANER_RELEASE_STEP_INTERVAL_MS),
+        Duration::from_millis(CLEANER_RELEASE_FOREGROUND_WAIT_MS),
+        Duration::from_micros(CLEANER_FOREGROUND_POLL_US),
+    );
+    loop {
+        if ctx.shutting_down.get() {
+            // Whatever is left is closed as the queue drops: the kernel frees it at once.
+            return;
+        }
+        let next = retired.borrow_mut().pop_front();
+        let Some(file) = next else {
+            glommio::timer::sleep(RELEASER_IDLE_POLL).await;
+            continue;
+        };
+        if Rc::strong_count(&file) > 1 {
+            // The pass (or a fetch that began before the swap) still reads it.
+            retired.borrow_mut().push_back(file);
+            glommio::timer::sleep(Duration::from_millis(CLEANER_RELEASE_HELD_RECHECK_MS)).await;
+            continue;
+        }
+        let mut size = match file.size().await {
+            Ok(size) => size,
+            Err(e) => {
+                warn!("log cleaner: size of a replaced segment file: {e}");
+                0
+            }
+        };
+        while size > 0 && !ctx.shutting_down.get() {
+            yield_to_foreground(&mut steps).await;
+            size = size.saturating_sub(CLEANER_RELEASE_STEP_BYTES);
+            let shrunk = match file.truncate(size).await {
+                Ok(()) => file.sync_data().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = shrunk {
+                // Closing it frees the rest at once, as without the releaser.
+                warn!("log cleaner: shrinking a replaced segment file: {e}");
+                break;
+            }
+        }
+        drop(file);
+    }
+}
+
+async fn cleaner_loop(ctx: Rc<ShardCtx>, retired: Retired) {
     let config = &ctx.shared.config;
     let share = config.log_cleaner_dedupe_buffer_size / ctx.shared.nr_shards.max(1) as u64;
     let mut map = OffsetMap::new(usize::try_from(share).unwrap_or(usize::MAX));
-    let mut throttle = RateThrottle::new(config.log_cleaner_io_max_bytes_per_second);
+    let mut throttle = RateThrottle::new(config.log_cleaner_io_max_bytes_per_second, retired);
     let backoff = Duration::from_millis(config.log_cleaner_backoff_ms.max(10));
     loop {
         if ctx.shutting_down.get() {

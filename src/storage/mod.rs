@@ -39,6 +39,7 @@ pub mod cleaner;
 mod config;
 mod epoch_checkpoint;
 mod file_io;
+pub mod foreground;
 mod index;
 pub mod notify;
 mod partition;

@@ -1878,6 +1878,60 @@ impl CleanerThrottle for Unthrottled {
     }
 }
 
+/// Keeps the files of the segments a pass replaced, as the shard's releaser does.
+#[derive(Default)]
+struct Retiring(Vec<Rc<dyn crate::storage::SegmentFile>>);
+
+impl CleanerThrottle for Retiring {
+    fn charge(&mut self, _bytes: u64) -> futures::future::LocalBoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+    fn retire(&mut self, file: Rc<dyn crate::storage::SegmentFile>) {
+        self.0.push(file);
+    }
+}
+
+/// A pass hands every segment it replaced to `retire`, and once the pass is over it holds
+/// the last handle on each: the log no longer lists them, so the releaser may shrink them
+/// to nothing (freeing their space in steps) and the log still serves the same batches.
+#[test]
+fn a_pass_retires_the_replaced_segment_files_and_lets_go_of_them() {
+    run(|| async {
+        let dir = test_dir();
+        let config = LogConfig {
+            cleanup_policy: CleanupPolicy {
+                delete: false,
+                compact: true,
+            },
+            ..small_config()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        fill_keyed(&p, 40).await;
+        let leo = p.log_end_offset();
+        let mut map = cleaner::OffsetMap::new(1 << 20);
+        let mut retiring = Retiring::default();
+        let report = p
+            .clean(&mut map, 1 << 40, &mut retiring)
+            .await
+            .unwrap()
+            .expect("a dirty closed section to clean");
+        assert!(report.segments_cleaned > 0);
+        assert_eq!(retiring.0.len(), report.segments_cleaned);
+        let cleaned = read_all(&p, 0, leo).await;
+        for file in &retiring.0 {
+            assert_eq!(Rc::strong_count(file), 1, "only the releaser holds it");
+            assert!(file.size().await.unwrap() > 0);
+            file.truncate(0).await.unwrap();
+            file.sync_data().await.unwrap();
+        }
+        retiring.0.clear();
+        assert_eq!(read_all(&p, 0, leo).await, cleaned);
+        p.close().await.unwrap();
+    });
+}
+
 /// `batches` batches of 3 keyed records: even batches overwrite the same 3 keys, odd ones
 /// write keys of their own, so cleaning removes every other batch (gaps all along the log).
 pub(crate) async fn fill_keyed(p: &Partition, batches: i64) {

@@ -12,6 +12,7 @@
 pub mod filter;
 pub mod fuzz;
 pub mod offset_map;
+pub mod pace;
 pub mod plan;
 pub mod txn;
 
@@ -20,6 +21,7 @@ mod tests;
 
 pub use filter::{filter_batch, map_batch, FilterContext, FilterStats, Filtered, Mapped};
 pub use offset_map::OffsetMap;
+pub use pace::{DiskYield, Turn};
 pub use plan::{choose_dirtiest, cleanable, group_segments, Cleanable, LogSummary, SegmentSummary};
 pub use txn::TxnTracker;
 

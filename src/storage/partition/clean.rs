@@ -50,8 +50,22 @@ pub(crate) const CLEANER_WRITE_CHUNK_BYTES: usize = 256 << 10;
 pub(crate) const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 
 /// Paces the cleaner's reads and writes (log.cleaner.io.max.bytes.per.second) and its use
-/// of the shard's thread.
+/// of the shard's thread, yields the disk to the shard's foreground I/O, and takes the files
+/// of the segments a pass replaced to free their space gradually.
 pub trait CleanerThrottle {
+    /// Called before each segment read: returns once the read may go (the shard's cleaner
+    /// holds it back, bounded, while produce writes or fsyncs are in flight). Never waits by
+    /// default (tests).
+    fn before_read(&mut self) -> futures::future::LocalBoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+    /// Takes the file of a segment the pass replaced (already unlinked, out of the log):
+    /// its blocks are freed when the last handle closes. By default it is dropped here; the
+    /// shard's cleaner shrinks it in steps first, so the filesystem does not free (and trim)
+    /// a whole pass's worth of segments at once.
+    fn retire(&mut self, file: Rc<dyn SegmentFile>) {
+        drop(file);
+    }
     /// Called after `bytes` were read or written; returns once the rate allows more.
     fn charge(&mut self, bytes: u64) -> futures::future::LocalBoxFuture<'_, ()>;
     /// Called after each batch the pass maps or filters: returns at once, or, once the
@@ -195,6 +209,7 @@ impl Partition {
             let path = segment_path(&self.dir, seg.summary.base_offset, "log");
             let mut pos = 0u64;
             loop {
+                paced(&mut times, throttle.before_read()).await;
                 let started = Instant::now();
                 let (batches, next) = read_batches(
                     &*seg.file,
@@ -391,6 +406,7 @@ impl Partition {
             let path = segment_path(&self.dir, member.summary.base_offset, "log");
             let mut pos = 0u64;
             loop {
+                paced(times, throttle.before_read()).await;
                 let started = Instant::now();
                 let (batches, next) = read_batches(
                     &*member.file,
@@ -538,6 +554,9 @@ impl Partition {
         write_indexes(&self.dir, base, &index, &time_index).await?;
         state_file::sync_dir(&self.dir).await?;
         times.swap += swap_started.elapsed();
+        for m in members {
+            throttle.retire(Rc::clone(&m.file));
+        }
         tracing::debug!(
             dir = %self.dir.display(),
             base,

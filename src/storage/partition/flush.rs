@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::storage::budget::WRITE_PIECE_BYTES;
+use crate::storage::foreground::ForegroundIo;
 use crate::storage::recovery::{write_indexes, write_producer_snapshot};
 use crate::storage::segment::{preallocation_target, split_writes};
 use crate::storage::state_file;
@@ -286,6 +287,7 @@ impl Partition {
                     let len: usize = piece.iter().map(|c| c.len()).sum();
                     let aligned = len.next_multiple_of(file.alignment().max(1) as usize);
                     let _room = budget.write_buffer(aligned).await;
+                    let _foreground = ForegroundIo::begin();
                     file.write_at(&piece, at)
                         .await
                         .map_err(|e| Error::io(&path, "write", e))?;
@@ -308,9 +310,11 @@ impl Partition {
                 // Everything up to `end_offset` was in `data` or written before: one fsync
                 // covers every batch staged when this pass copied the buffer (group commit).
                 let started = std::time::Instant::now();
+                let foreground = ForegroundIo::begin();
                 file.sync_data()
                     .await
                     .map_err(|e| Error::io(&path, "fdatasync", e))?;
+                drop(foreground);
                 crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
@@ -338,9 +342,11 @@ impl Partition {
                 .await
                 .map_err(|e| Error::io(&path, "truncate", e))?;
             let started = std::time::Instant::now();
+            let foreground = ForegroundIo::begin();
             file.sync_data()
                 .await
                 .map_err(|e| Error::io(&path, "fdatasync", e))?;
+            drop(foreground);
             crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
             let (index, time_index, snapshot, aborted) = {
                 let mut inner = self.inner.borrow_mut();
