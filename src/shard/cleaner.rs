@@ -55,7 +55,7 @@ const RELEASER_IDLE_POLL: Duration = Duration::from_millis(100);
 /// Files of replaced segments waiting to be shrunk and closed, in the order the passes
 /// replaced them. Bounded by the segments the shard's logs had: each entry is one open file
 /// the log held before.
-type Retired = Rc<RefCell<VecDeque<Rc<dyn SegmentFile>>>>;
+type Retired = Rc<RefCell<VecDeque<(Rc<dyn SegmentFile>, u64)>>>;
 
 /// Sleeps until `pacer` lets the next piece of cleaner disk work go.
 async fn yield_to_foreground(pacer: &mut DiskYield) {
@@ -97,8 +97,8 @@ impl CleanerThrottle for RateThrottle {
         Box::pin(yield_to_foreground(&mut self.reads))
     }
 
-    fn retire(&mut self, file: Rc<dyn SegmentFile>) {
-        self.retired.borrow_mut().push_back(file);
+    fn retire(&mut self, file: Rc<dyn SegmentFile>, size: u64) {
+        self.retired.borrow_mut().push_back((file, size));
     }
 
     fn charge(&mut self, bytes: u64) -> futures::future::LocalBoxFuture<'_, ()> {
@@ -174,23 +174,16 @@ async fn releaser_loop(ctx: Rc<ShardCtx>, retired: Retired) {
             return;
         }
         let next = retired.borrow_mut().pop_front();
-        let Some(file) = next else {
+        let Some((file, mut size)) = next else {
             glommio::timer::sleep(RELEASER_IDLE_POLL).await;
             continue;
         };
         if Rc::strong_count(&file) > 1 {
             // The pass (or a fetch that began before the swap) still reads it.
-            retired.borrow_mut().push_back(file);
+            retired.borrow_mut().push_back((file, size));
             glommio::timer::sleep(Duration::from_millis(CLEANER_RELEASE_HELD_RECHECK_MS)).await;
             continue;
         }
-        let mut size = match file.size().await {
-            Ok(size) => size,
-            Err(e) => {
-                warn!("log cleaner: size of a replaced segment file: {e}");
-                0
-            }
-        };
         while size > 0 && !ctx.shutting_down.get() {
             yield_to_foreground(&mut steps).await;
             size = size.saturating_sub(CLEANER_RELEASE_STEP_BYTES);

@@ -59,12 +59,14 @@ pub trait CleanerThrottle {
     fn before_read(&mut self) -> futures::future::LocalBoxFuture<'_, ()> {
         Box::pin(async {})
     }
-    /// Takes the file of a segment the pass replaced (already unlinked, out of the log):
-    /// its blocks are freed when the last handle closes. By default it is dropped here; the
-    /// shard's cleaner shrinks it in steps first, so the filesystem does not free (and trim)
-    /// a whole pass's worth of segments at once.
-    fn retire(&mut self, file: Rc<dyn SegmentFile>) {
-        drop(file);
+    /// Takes the file of a segment the pass replaced (already unlinked, out of the log) and
+    /// its size in bytes: its blocks are freed when the last handle closes. By default it is
+    /// dropped here; the shard's cleaner shrinks it in steps first, so the filesystem does
+    /// not free (and trim) a whole pass's worth of segments at once. The size comes from the
+    /// log, not from the file: glommio's `file_size` stats the file's path, which now names
+    /// the cleaned segment (or nothing).
+    fn retire(&mut self, file: Rc<dyn SegmentFile>, size: u64) {
+        drop((file, size));
     }
     /// Called after `bytes` were read or written; returns once the rate allows more.
     fn charge(&mut self, bytes: u64) -> futures::future::LocalBoxFuture<'_, ()>;
@@ -555,7 +557,7 @@ impl Partition {
         state_file::sync_dir(&self.dir).await?;
         times.swap += swap_started.elapsed();
         for m in members {
-            throttle.retire(Rc::clone(&m.file));
+            throttle.retire(Rc::clone(&m.file), m.summary.size_bytes);
         }
         tracing::debug!(
             dir = %self.dir.display(),
