@@ -903,21 +903,17 @@ impl Config {
         if self.ssl_truststore_location.is_empty() {
             return Ok(None);
         }
-        let read =
-            |key: &str, path: &str| std::fs::read(path).map_err(|e| format!("{key}: {path}: {e}"));
-        let truststore = read("ssl_truststore_location", &self.ssl_truststore_location)?;
-        let identity = if self.ssl_certificate_location.is_empty() {
-            None
-        } else {
-            Some((
-                read("ssl_certificate_location", &self.ssl_certificate_location)?,
-                read("ssl_key_location", &self.ssl_key_location)?,
-            ))
-        };
-        let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
-        crate::security::tls::client_config(&truststore, identity, true)
-            .map(Some)
-            .map_err(|e| format!("TLS client: {e}"))
+        let identity = (!self.ssl_certificate_location.is_empty()).then(|| {
+            (
+                std::path::Path::new(&self.ssl_certificate_location),
+                std::path::Path::new(&self.ssl_key_location),
+            )
+        });
+        crate::security::tls::client_config_from_files(
+            std::path::Path::new(&self.ssl_truststore_location),
+            identity,
+        )
+        .map(Some)
     }
 
     /// `controller_listener_security_protocol`, parsed.

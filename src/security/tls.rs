@@ -2,8 +2,10 @@
 //! then its chain, the private key (PKCS#8; PKCS#1 and SEC1 are taken too), and for client
 //! authentication a CA bundle. Sans-IO: the caller reads the files (and watches them for
 //! changes); this only parses and builds, so a bad file is an error the caller can log
-//! while it keeps the configuration it had.
+//! while it keeps the configuration it had. `ReloadCheck` decides when the files are looked
+//! at again and whether they changed, from times it is given.
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -14,6 +16,8 @@ use rustls::{
     CertificateError, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme,
 };
 use thiserror::Error;
+
+use crate::limits::TLS_RELOAD_CHECK_INTERVAL_MS;
 
 #[derive(Debug, Error)]
 pub enum TlsError {
@@ -127,6 +131,50 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// When TLS files are reloaded without a restart, for the listeners' server configuration
+/// and the inter-broker client's alike: their modification times are looked at, at most once
+/// per `TLS_RELOAD_CHECK_INTERVAL_MS`, and compared with those last seen. The caller reads
+/// the times (`stamps`, None for a file it cannot read) and, on a change, the files.
+#[derive(Debug)]
+pub struct ReloadCheck {
+    /// Each file's modification time when last looked at.
+    stamps: Vec<Option<SystemTime>>,
+    checked: Instant,
+}
+
+impl ReloadCheck {
+    /// The files as they were at `now`: take their times before reading them, so that a
+    /// change made while they are read is seen by the next check.
+    pub fn new(stamps: Vec<Option<SystemTime>>, now: Instant) -> ReloadCheck {
+        ReloadCheck {
+            stamps,
+            checked: now,
+        }
+    }
+
+    /// Whether the files changed since they were last looked at: `stamps` is called (the
+    /// files looked at) only once the interval has passed since the last look. The new times
+    /// are kept whatever the caller makes of them: a file that does not load is reported
+    /// once, and tried again when it changes again.
+    pub fn changed(
+        &mut self,
+        now: Instant,
+        stamps: impl FnOnce() -> Vec<Option<SystemTime>>,
+    ) -> bool {
+        let interval = Duration::from_millis(TLS_RELOAD_CHECK_INTERVAL_MS);
+        if now.saturating_duration_since(self.checked) < interval {
+            return false;
+        }
+        self.checked = now;
+        let stamps = stamps();
+        if stamps == self.stamps {
+            return false;
+        }
+        self.stamps = stamps;
+        true
+    }
+}
+
 /// Builds the configuration of a TLS client (a broker reaching another on a TLS
 /// inter-broker listener, or the `strata` CLI): TLS 1.2 and 1.3, the server checked against
 /// `truststore_pem` and, when `check_name` (Kafka's default
@@ -164,6 +212,28 @@ pub fn client_config(
         }
     };
     Ok(Arc::new(config))
+}
+
+/// `client_config` from files: a broker's own TLS client (to the other brokers, to the
+/// controller quorum), read at start and again on each reload. The server's name is checked.
+/// An error names the setting of the file that cannot be read or used.
+pub fn client_config_from_files(
+    truststore: &std::path::Path,
+    identity: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("{key}: {}: {e}", path.display()))
+    };
+    let truststore = read("ssl_truststore_location", truststore)?;
+    let identity = match identity {
+        None => None,
+        Some((c, k)) => Some((
+            read("ssl_certificate_location", c)?,
+            read("ssl_key_location", k)?,
+        )),
+    };
+    let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
+    client_config(&truststore, identity, true).map_err(|e| format!("TLS client: {e}"))
 }
 
 /// The server check of `ssl.endpoint.identification.algorithm=` (empty): the chain must
@@ -259,12 +329,39 @@ pub fn describe_client_error(
 
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use super::*;
 
     #[test]
     fn the_server_name_is_the_host_of_the_address() {
         assert_eq!(host_of("broker1.example:9093"), "broker1.example");
         assert_eq!(host_of("10.0.0.1:9093"), "10.0.0.1");
         assert_eq!(host_of("[::1]:9093"), "::1");
+    }
+
+    #[test]
+    fn reload_check_looks_once_per_interval_and_reports_each_change_once() {
+        // Proves the reload decision with time and file times as arguments: the files are
+        // not looked at within the interval of the last look, a change is reported once (a
+        // file that does not load is not retried until it changes again), a file that went
+        // unreadable counts as a change, and an unchanged look is no change.
+        let t0 = Instant::now();
+        let interval = Duration::from_millis(TLS_RELOAD_CHECK_INTERVAL_MS);
+        let at = |s: u64| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        let mut check = ReloadCheck::new(vec![at(1), at(2)], t0);
+        let looked = std::cell::Cell::new(0);
+        let mut look = |stamps: Vec<Option<SystemTime>>, now: Instant| {
+            check.changed(now, || {
+                looked.set(looked.get() + 1);
+                stamps
+            })
+        };
+        assert!(!look(vec![at(1), at(3)], t0 + interval / 2));
+        assert_eq!(looked.get(), 0, "looked within the interval");
+        assert!(look(vec![at(1), at(3)], t0 + interval));
+        assert!(!look(vec![at(1), at(3)], t0 + interval * 3));
+        assert!(look(vec![None, at(3)], t0 + interval * 4));
+        assert!(!look(vec![None, at(3)], t0 + interval * 5));
+        assert!(look(vec![at(4), at(3)], t0 + interval * 6));
+        assert_eq!(looked.get(), 5);
     }
 }

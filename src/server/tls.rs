@@ -10,7 +10,7 @@
 //! own: a shard that accepts nothing keeps the old certificate until it does, which serves
 //! no one differently. The reads are small blocking reads on the shard's thread, once per
 //! change.
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -21,8 +21,8 @@ use tracing::{debug, error, info, warn};
 
 use super::connection::{self, ConnectionError};
 use crate::config::Config;
-use crate::limits::{TLS_HANDSHAKE_TIMEOUT_MS, TLS_RELOAD_CHECK_INTERVAL_MS};
-use crate::security::tls::{self, ClientAuth, TlsMaterial};
+use crate::limits::TLS_HANDSHAKE_TIMEOUT_MS;
+use crate::security::tls::{self, ClientAuth, ReloadCheck, TlsMaterial};
 use crate::security::{KafkaPrincipal, PrincipalError, PrincipalMapper, SecurityProtocol, Session};
 use crate::shard::ShardCtx;
 
@@ -96,9 +96,7 @@ pub struct TlsContext {
     client_auth: ClientAuth,
     mapper: PrincipalMapper,
     current: RefCell<Arc<ServerConfig>>,
-    /// The files' modification times when last looked at.
-    stamps: RefCell<Vec<Option<SystemTime>>>,
-    checked: Cell<Instant>,
+    check: RefCell<ReloadCheck>,
 }
 
 impl TlsContext {
@@ -111,15 +109,14 @@ impl TlsContext {
         let client_auth = ClientAuth::parse(&config.ssl_client_auth).map_err(|e| e.to_string())?;
         let mapper = PrincipalMapper::parse(&config.ssl_principal_mapping_rules)
             .map_err(|e| e.to_string())?;
-        let stamps = files.stamps();
+        let check = ReloadCheck::new(files.stamps(), Instant::now());
         let current = build(&files, client_auth)?;
         Ok(Some(TlsContext {
             files,
             client_auth,
             mapper,
             current: RefCell::new(current),
-            stamps: RefCell::new(stamps),
-            checked: Cell::new(Instant::now()),
+            check: RefCell::new(check),
         }))
     }
 
@@ -131,17 +128,13 @@ impl TlsContext {
     }
 
     fn maybe_reload(&self, shard: usize) {
-        if self.checked.get().elapsed() < Duration::from_millis(TLS_RELOAD_CHECK_INTERVAL_MS) {
+        let changed = self
+            .check
+            .borrow_mut()
+            .changed(Instant::now(), || self.files.stamps());
+        if !changed {
             return;
         }
-        self.checked.set(Instant::now());
-        let stamps = self.files.stamps();
-        if *self.stamps.borrow() == stamps {
-            return;
-        }
-        // Remember these times whatever the outcome: a bad file is reported once, and tried
-        // again when it changes again.
-        *self.stamps.borrow_mut() = stamps;
         match build(&self.files, self.client_auth) {
             Ok(config) => {
                 *self.current.borrow_mut() = config;
