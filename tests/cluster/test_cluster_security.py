@@ -18,7 +18,10 @@ through the admin API once the cluster runs). So:
 - with `SSL`, the nodes show each other their certificates (mTLS, the certificate's principal a
   super user), and a TLS client without one is closed unserved.
 - certificate files rotated to a new CA while the brokers run are used by their connections
-  to each other without a restart, as by their listeners.
+  to each other without a restart, as by their listeners;
+- with an SSL-only listener and `ssl_client_auth = required` (no SASL at all), the brokers
+  replicate as their certificate's principal (a super user), a client's certificate for
+  another name cannot claim a replica id, and a TLS client without a certificate is refused.
 
 The certificates are made with `openssl` (one broker certificate for 127.0.0.1, the nodes'
 loopback address)."""
@@ -401,6 +404,8 @@ def test_controller_listener_ssl_needs_a_broker_certificate(cluster_factory, tmp
     for n, node in c.nodes.items():
         assert "cannot connect to the controller quorum's port" not in node.log_path.read_text(errors="replace"), \
             (n, node.log_tail())
+
+
 def test_inter_broker_certificates_reload_without_restart(cluster_factory, tmp_path):
     """Proves a broker's connections to the other brokers pick up rotated certificate files
     without a restart, as its listeners do: with node 3 stopped, the CA, certificate and key
@@ -431,3 +436,113 @@ def test_inter_broker_certificates_reload_without_restart(cluster_factory, tmp_p
     for n in (1, 2):
         log = c.nodes[n].log_path.read_text(errors="replace")
         assert "inter-broker TLS certificates reloaded" in log, (n, c.nodes[n].log_tail())
+
+
+def make_client_cert(pki: dict[str, Path], name: str) -> dict[str, Path]:
+    """A client certificate for CN=`name`,O=test signed by the test CA (PKCS#8 key)."""
+    d = pki["ca"].parent
+    openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", f"{name}.key", cwd=d)
+    openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/O=test/CN={name}", cwd=d)
+    # An extension makes it an X.509 v3 certificate: webpki refuses v1.
+    (d / f"{name}.ext").write_text("extendedKeyUsage=clientAuth\n")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", "4098",
+            "-days", "2", "-out", f"{name}.pem", "-extfile", f"{name}.ext", cwd=d)
+    return {"ca": pki["ca"], "cert": d / f"{name}.pem", "key": d / f"{name}.key"}
+
+
+def mtls_socket(address: str, identity: dict[str, Path] | None, timeout_s: float = 10.0) -> ssl.SSLSocket:
+    """A TLS connection offering `identity`'s certificate (None: none)."""
+    host, port = address.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(identity["ca"] if identity else MTLS_CA[0]))
+    if identity is not None:
+        ctx.load_cert_chain(str(identity["cert"]), str(identity["key"]))
+    raw = socket.create_connection((host, int(port)), timeout=timeout_s)
+    sock = ctx.wrap_socket(raw, server_hostname=host)
+    sock.settimeout(timeout_s)
+    return sock
+
+
+MTLS_CA: list[Path] = []  # the CA of the running mTLS test, for a client offering no certificate
+
+
+def test_mtls_only_inter_broker_replicates_as_certificate_principal(cluster_factory, tmp_path):
+    """Proves the brokers of a cluster whose only listener is SSL with required client
+    certificates (no SASL configured) follow each other as their certificate's principal,
+    User:CN=broker,O=test (a super user, the DEFAULT mapping rule): an RF3 acks=all produce
+    succeeds and the ISR stays full. alice, whose certificate lets her READ the topic, reads
+    as a consumer but is refused as "replica 1"; a TLS client that offers no certificate is
+    closed without an answer."""
+    pki = make_pki(tmp_path / "pki")
+    MTLS_CA[:] = [pki["ca"]]
+    alice = make_client_cert(pki, "alice")
+    env = {
+        "STRATA_SSL_CERTIFICATE_LOCATION": str(pki["cert"]),
+        "STRATA_SSL_KEY_LOCATION": str(pki["key"]),
+        "STRATA_SSL_TRUSTSTORE_LOCATION": str(pki["ca"]),
+        "STRATA_SSL_CLIENT_AUTH": "required",
+        "STRATA_AUTHORIZER": "acl",
+        "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
+        "STRATA_SUPER_USERS": "User:CN=broker,O=test",
+    }
+    require_cluster_support()
+    c: Cluster = cluster_factory(start=False, env=env)
+    # The test's admin is the brokers' own certificate: a super user.
+    c.client_conf = {"security.protocol": "SSL", "ssl.ca.location": str(pki["ca"]),
+                     "ssl.certificate.location": str(pki["cert"]), "ssl.key.location": str(pki["key"])}
+
+    def probe(address: str) -> None:
+        with mtls_socket(address, pki, 2.0) as sock:
+            sock.sendall(kproto.request(API_API_VERSIONS, 0, 7, b""))
+            _, body = kproto.recv_response(sock)
+        assert struct.unpack(">h", body[:2])[0] == 0
+
+    for node in c.nodes.values():
+        node.listeners = f"SSL://{node.address}"
+        node.probe = probe
+    c.start()
+    create_topic(c)
+    c.poll_until("full ISR", lambda: isr(c) == [1, 2, 3], 30)
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "message.timeout.ms": 30000,
+                  **c.client_conf})
+    failed = []
+    for i in range(RECORDS):
+        p.produce(TOPIC, value=f"v{i}".encode(), partition=0,
+                  on_delivery=lambda err, _msg: err is not None and failed.append(err))
+    assert p.flush(60) == 0
+    assert not failed, failed[:3]
+    time.sleep(2 * 3.0 + 1)  # two lag windows: a follower that could not fetch is out by now
+    assert isr(c) == [1, 2, 3], c.log_tails(25)
+
+    binding = AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, "User:CN=alice,O=test", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    admin = c.admin()  # kept: a collected client cancels its futures
+    for f in admin.create_acls([binding]).values():
+        f.result(30)
+    address = c.nodes[c.partitions(TOPIC)[0].leader].address
+
+    def fetch_as_alice(replica_id: int) -> tuple[int, bytes]:
+        body = kproto.fetch_v4_body(TOPIC, 0, 0, 1 << 20, 1 << 20)
+        with mtls_socket(address, alice) as sock:
+            sock.sendall(kproto.request(API_FETCH, 4, 3, struct.pack(">i", replica_id) + body[4:]))
+            _, resp = kproto.recv_response(sock)
+        [(_, _, err, _, records)] = kproto.parse_fetch_v4(resp)
+        return err, records
+
+    err, records = c.poll_until("alice reads", lambda: (lambda r: r if r[0] == 0 else None)(fetch_as_alice(-1)), 15)
+    assert records, "a consumer fetch of a produced partition carried nothing"
+    assert fetch_as_alice(1) == (TOPIC_AUTHORIZATION_FAILED, b"")
+
+    # No certificate: refused in the handshake (TLS 1.2) or right after it (TLS 1.3).
+    try:
+        sock = mtls_socket(address, None)
+    except (ConnectionError, ssl.SSLError):
+        pass
+    else:
+        with sock:
+            try:
+                sock.sendall(kproto.request(API_API_VERSIONS, 0, 7, b""))
+            except (ConnectionError, ssl.SSLError):
+                pass
+            assert closed_unserved(sock)
+    for n, node in c.nodes.items():
+        assert "cannot connect: TLS" not in node.log_path.read_text(errors="replace"), (n, node.log_tail())
