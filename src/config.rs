@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::security::tls_reload::{Look, ReloadingTls};
 use crate::security::{ListenerSettings, Listeners};
 use crate::storage::{CleanupPolicy, CompressionType, FlushPolicy, LogConfig, TimestampType};
 
@@ -892,28 +893,67 @@ impl Config {
         })
     }
 
-    /// The TLS client configuration a broker reaches the others with (the inter-broker
-    /// listener, the controller quorum's port): their certificates checked against
-    /// `ssl_truststore_location`, the broker's own certificate offered when asked. `None`
-    /// without a truststore (a single node; `validate` refuses a cluster without one). The
-    /// files are read now.
-    pub fn tls_client_config(
+    /// The broker's own TLS client to the rest of the cluster (the other brokers' TLS
+    /// inter-broker listener, the controller quorum's port), reloaded when its files change:
+    /// the others' certificates checked against `ssl_truststore_location` (and their name),
+    /// its own certificate offered when asked. `None` without a truststore (a single node;
+    /// `validate` refuses a cluster without one). The files are read now; `what` names it in
+    /// errors and logs.
+    pub fn broker_tls_client(
         &self,
-    ) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, String> {
+        what: &'static str,
+    ) -> Result<Option<ReloadingTls<rustls::ClientConfig>>, String> {
         if self.ssl_truststore_location.is_empty() {
             return Ok(None);
         }
+        let truststore = PathBuf::from(&self.ssl_truststore_location);
         let identity = (!self.ssl_certificate_location.is_empty()).then(|| {
             (
-                std::path::Path::new(&self.ssl_certificate_location),
-                std::path::Path::new(&self.ssl_key_location),
+                PathBuf::from(&self.ssl_certificate_location),
+                PathBuf::from(&self.ssl_key_location),
             )
         });
-        crate::security::tls::client_config_from_files(
-            std::path::Path::new(&self.ssl_truststore_location),
-            identity,
-        )
-        .map(Some)
+        let paths: Vec<PathBuf> = std::iter::once(truststore.clone())
+            .chain(identity.iter().flat_map(|(c, k)| [c.clone(), k.clone()]))
+            .collect();
+        let build = move || {
+            let truststore = read_setting_file("ssl_truststore_location", &truststore)?;
+            let identity = match &identity {
+                None => None,
+                Some((c, k)) => Some((
+                    read_setting_file("ssl_certificate_location", c)?,
+                    read_setting_file("ssl_key_location", k)?,
+                )),
+            };
+            let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
+            crate::security::tls::client_config(&truststore, identity, true)
+                .map_err(|e| format!("{what} TLS client: {e}"))
+        };
+        ReloadingTls::new(what, file_stamps(paths), Box::new(build)).map(Some)
+    }
+
+    /// A TLS server side of the broker's own (the controller quorum's port), reloaded when its
+    /// files change: `ssl_certificate_location` and `ssl_key_location`, the connecting side's
+    /// certificate checked against `ssl_truststore_location` as `client_auth` says.
+    pub fn broker_tls_server(
+        &self,
+        client_auth: crate::security::tls::ClientAuth,
+        what: &'static str,
+    ) -> Result<ReloadingTls<rustls::ServerConfig>, String> {
+        let certificate = PathBuf::from(&self.ssl_certificate_location);
+        let key = PathBuf::from(&self.ssl_key_location);
+        let truststore = PathBuf::from(&self.ssl_truststore_location);
+        let paths = vec![certificate.clone(), key.clone(), truststore.clone()];
+        let build = move || {
+            let material = crate::security::tls::TlsMaterial {
+                certificate_pem: read_setting_file("ssl_certificate_location", &certificate)?,
+                key_pem: read_setting_file("ssl_key_location", &key)?,
+                truststore_pem: Some(read_setting_file("ssl_truststore_location", &truststore)?),
+            };
+            crate::security::tls::server_config(&material, client_auth)
+                .map_err(|e| format!("{what} TLS: {e}"))
+        };
+        ReloadingTls::new(what, file_stamps(paths), Box::new(build))
     }
 
     /// `controller_listener_security_protocol`, parsed.
@@ -1522,6 +1562,21 @@ pub fn log_config_from(
     c.preallocate_bytes = broker.log_preallocate_bytes.min(c.segment_bytes);
     c.tail_cache_bytes = broker.log_tail_cache_bytes;
     Ok(c)
+}
+
+/// A file a setting names, read; an error names the setting and the file.
+fn read_setting_file(setting: &str, path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{setting}: {}: {e}", path.display()))
+}
+
+/// How a `ReloadingTls` looks at `paths`: each file's modification time (None: unreadable).
+fn file_stamps(paths: Vec<PathBuf>) -> Look {
+    Box::new(move || {
+        paths
+            .iter()
+            .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+            .collect()
+    })
 }
 
 /// Parses "host:port" (host may be a name or an IPv4/IPv6 literal in brackets).

@@ -9,6 +9,7 @@ pub mod quota;
 pub mod sasl;
 pub mod session;
 pub mod tls;
+pub mod tls_reload;
 
 pub use listener::{Endpoint, ListenerError, ListenerSettings, Listeners, SecurityProtocol};
 pub use principal::{PrincipalError, PrincipalMapper};

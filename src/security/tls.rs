@@ -214,28 +214,6 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
-/// `client_config` from files: a broker's own TLS client (to the other brokers, to the
-/// controller quorum), read at start and again on each reload. The server's name is checked.
-/// An error names the setting of the file that cannot be read or used.
-pub fn client_config_from_files(
-    truststore: &std::path::Path,
-    identity: Option<(&std::path::Path, &std::path::Path)>,
-) -> Result<Arc<rustls::ClientConfig>, String> {
-    let read = |key: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| format!("{key}: {}: {e}", path.display()))
-    };
-    let truststore = read("ssl_truststore_location", truststore)?;
-    let identity = match identity {
-        None => None,
-        Some((c, k)) => Some((
-            read("ssl_certificate_location", c)?,
-            read("ssl_key_location", k)?,
-        )),
-    };
-    let identity = identity.as_ref().map(|(c, k)| (&c[..], &k[..]));
-    client_config(&truststore, identity, true).map_err(|e| format!("TLS client: {e}"))
-}
-
 /// The server check of `ssl.endpoint.identification.algorithm=` (empty): the chain must
 /// still lead to a trusted CA, only the name in the certificate is not compared with the
 /// host. webpki checks the chain before the name, so a name error means the chain passed.

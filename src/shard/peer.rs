@@ -16,13 +16,12 @@
 //! connection before it ends.
 //!
 //! The TLS files (truststore, the broker's certificate and key) are reloaded without a
-//! restart as the listeners reload theirs (`security::tls::ReloadCheck`): a connection about
+//! restart as the listeners reload theirs (`security::tls_reload::ReloadingTls`): a connection about
 //! to be made looks at them at most once per `TLS_RELOAD_CHECK_INTERVAL_MS` and uses the
 //! rotated ones; a change that does not load is logged and the previous files kept.
 //! Connections already made keep the session they have.
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -31,12 +30,12 @@ use kafka_protocol::messages::{
     ApiKey, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use tracing::{error, info};
 
 use crate::config::Config;
 use crate::limits::PEER_RESPONSE_BYTES_MAX;
 use crate::security::sasl::{ClientStep, PeerLogin, SaslClientExchange};
-use crate::security::tls::{describe_tls_error, host_of, ReloadCheck};
+use crate::security::tls::{describe_tls_error, host_of};
+use crate::security::tls_reload::ReloadingTls;
 use crate::security::{Listeners, SecurityProtocol};
 
 /// SaslAuthenticate v1: the first with the session's lifetime (KIP-368).
@@ -82,112 +81,15 @@ impl PeerError {
     }
 }
 
-/// The files the inter-broker TLS client configuration is built from.
-#[derive(Debug)]
-struct PeerTlsFiles {
-    truststore: PathBuf,
-    /// The broker's own certificate and key, offered when the other broker asks for one.
-    identity: Option<(PathBuf, PathBuf)>,
-}
-
-impl PeerTlsFiles {
-    fn paths(&self) -> impl Iterator<Item = &Path> {
-        std::iter::once(self.truststore.as_path()).chain(
-            self.identity
-                .iter()
-                .flat_map(|(c, k)| [c.as_path(), k.as_path()]),
-        )
-    }
-
-    /// Each file's modification time (None: unreadable).
-    fn stamps(&self) -> Vec<Option<SystemTime>> {
-        self.paths()
-            .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-            .collect()
-    }
-
-    /// Reads the files and builds the client configuration (at start, and on each reload);
-    /// an error names the setting.
-    fn build(&self) -> Result<Arc<rustls::ClientConfig>, String> {
-        let identity = self
-            .identity
-            .as_ref()
-            .map(|(c, k)| (c.as_path(), k.as_path()));
-        crate::security::tls::client_config_from_files(&self.truststore, identity)
-            .map_err(|e| format!("inter-broker {e}"))
-    }
-}
-
-/// The inter-broker TLS client configuration, rebuilt when its files change. One for the
-/// broker, shared by every shard: the lock is held only to look at the files and, after a
-/// change, to read them (small blocking reads on the shard's thread, at most once per check
-/// interval, as the listeners do), never across an await.
-#[derive(Debug)]
-struct PeerTls {
-    files: PeerTlsFiles,
-    state: Mutex<PeerTlsState>,
-}
-
-#[derive(Debug)]
-struct PeerTlsState {
-    current: Arc<rustls::ClientConfig>,
-    check: ReloadCheck,
-}
-
-impl PeerTls {
-    /// From the settings, the files read now.
-    fn new(config: &Config) -> Result<PeerTls, String> {
-        let files = PeerTlsFiles {
-            truststore: PathBuf::from(&config.ssl_truststore_location),
-            identity: (!config.ssl_certificate_location.is_empty()).then(|| {
-                (
-                    PathBuf::from(&config.ssl_certificate_location),
-                    PathBuf::from(&config.ssl_key_location),
-                )
-            }),
-        };
-        // The times before the contents, so a change made while they are read is seen.
-        let check = ReloadCheck::new(files.stamps(), Instant::now());
-        let current = files.build()?;
-        Ok(PeerTls {
-            files,
-            state: Mutex::new(PeerTlsState { current, check }),
-        })
-    }
-
-    /// The configuration for a connection about to be made: the current one, rebuilt first
-    /// if a file changed.
-    fn config(&self) -> Arc<rustls::ClientConfig> {
-        // A thread that panicked holding the lock left a whole state (a field is replaced at
-        // once, never half written): keep using it.
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.check.changed(Instant::now(), || self.files.stamps()) {
-            match self.files.build() {
-                Ok(config) => {
-                    state.current = config;
-                    info!(
-                        truststore = %self.files.truststore.display(),
-                        "inter-broker TLS certificates reloaded"
-                    );
-                }
-                Err(e) => error!(
-                    "inter-broker TLS certificates changed but cannot be loaded; keeping the previous ones: {e}"
-                ),
-            }
-        }
-        state.current.clone()
-    }
-}
-
 /// How this broker's connections to the other brokers secure themselves: the protocol of
 /// the inter-broker listener, with the TLS client configuration and the SASL login it needs.
-/// Built at start; the TLS files are reloaded when they change (`PeerTls`).
+/// Built at start; the TLS files are reloaded when they change (`ReloadingTls`).
 #[derive(Debug)]
 pub struct PeerSecurity {
     protocol: SecurityProtocol,
     /// `None` on a TLS listener only when no truststore is set (a single node, which has no
     /// peers; `Config::validate` refuses a cluster without one).
-    tls: Option<PeerTls>,
+    tls: Option<ReloadingTls<rustls::ClientConfig>>,
     /// `None` on a SASL listener only without credentials (likewise a single node).
     sasl: Option<PeerLogin>,
 }
@@ -206,8 +108,8 @@ impl PeerSecurity {
         let protocol = listeners
             .inter_broker_endpoint()
             .map_or(SecurityProtocol::Plaintext, |e| e.security_protocol);
-        let tls = if protocol.uses_tls() && !config.ssl_truststore_location.is_empty() {
-            Some(PeerTls::new(config)?)
+        let tls = if protocol.uses_tls() {
+            config.broker_tls_client("inter-broker")?
         } else {
             None
         };
@@ -287,9 +189,15 @@ impl PeerConnection {
             message,
         };
         let stream: Box<dyn PeerIo> = if security.protocol.uses_tls() {
-            let config = security.tls.as_ref().map(PeerTls::config).ok_or_else(|| {
-                tls_err("no ssl_truststore_location to check the other broker's certificate".into())
-            })?;
+            let config = security
+                .tls
+                .as_ref()
+                .map(ReloadingTls::current)
+                .ok_or_else(|| {
+                    tls_err(
+                        "no ssl_truststore_location to check the other broker's certificate".into(),
+                    )
+                })?;
             let name = rustls::pki_types::ServerName::try_from(host_of(addr).to_string())
                 .map_err(|e| tls_err(format!("{:?} is no server name: {e}", host_of(addr))))?;
             let connector = futures_rustls::TlsConnector::from(config);

@@ -18,7 +18,8 @@ through the admin API once the cluster runs). So:
 - with `SSL`, the nodes show each other their certificates (mTLS, the certificate's principal a
   super user), and a TLS client without one is closed unserved.
 - certificate files rotated to a new CA while the brokers run are used by their connections
-  to each other without a restart, as by their listeners;
+  to each other without a restart, as by their listeners, on the inter-broker listener and on
+  the controller quorum's port alike;
 - with an SSL-only listener and `ssl_client_auth = required` (no SASL at all), the brokers
   replicate as their certificate's principal (a super user), a client's certificate for
   another name cannot claim a replica id, and a TLS client without a certificate is refused.
@@ -436,6 +437,33 @@ def test_inter_broker_certificates_reload_without_restart(cluster_factory, tmp_p
     for n in (1, 2):
         log = c.nodes[n].log_path.read_text(errors="replace")
         assert "inter-broker TLS certificates reloaded" in log, (n, c.nodes[n].log_tail())
+
+
+def test_controller_port_certificates_reload_without_restart(cluster_factory, tmp_path):
+    """Proves the controller quorum's port (SSL, mTLS) picks up rotated certificate files
+    without a restart, on both its sides: with node 3 stopped, every node's CA, certificate and
+    key files are replaced by a new CA's while nodes 1 and 2 run on; node 3 starts on the new
+    files and trusts only the new CA. It can rejoin the quorum only if nodes 1 and 2 now serve
+    the new certificate on their controller ports and accept its new one, and it then learns
+    a topic created after its restart from the metadata log."""
+    c, pki = secured_cluster(cluster_factory, tmp_path, controller_protocol="SSL",
+                             extra_env={"STRATA_SUPER_USERS": "User:admin;User:broker;User:CN=broker,O=test"})
+    c.nodes[3].stop()
+    new = make_pki(tmp_path / "pki2")
+    for kind in ("key", "cert", "ca"):
+        os.replace(new[kind], pki[kind])  # by rename, as certificate managers do
+    c.restart(3)
+    create_topic(c, partitions=3)
+    # The topic's replicas on node 3 exist only once node 3 has read its record from the
+    # metadata log over the controller port; the full ISRs say they do and follow.
+    c.poll_until("full ISR of every partition",
+                 lambda: all(isr(c, i) == [1, 2, 3] for i in range(3)), 30)
+    # The active controller talks to node 3 both ways: it dials it and is dialled by it.
+    cid = c.controller_id()
+    assert cid in (1, 2), cid
+    log = c.nodes[cid].log_path.read_text(errors="replace")
+    for side in ("controller listener", "controller quorum"):
+        assert f"{side} TLS certificates reloaded" in log, (cid, c.nodes[cid].log_tail())
 
 
 def make_client_cert(pki: dict[str, Path], name: str) -> dict[str, Path]:

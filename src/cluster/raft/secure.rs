@@ -27,6 +27,7 @@ use crate::security::sasl::{nonce_from, ClientStep, Credentials, SaslClientExcha
 use crate::security::sasl::{plain_password_matches, FailureLog, PeerLogin};
 use crate::security::sasl::{JwtError, ScramCredential, ScramMechanism, Step, ValidToken};
 use crate::security::tls::{describe_tls_error, ClientAuth};
+use crate::security::tls_reload::ReloadingTls;
 use crate::security::{KafkaPrincipal, PrincipalMapper, SecurityProtocol};
 
 /// How long the TLS handshake plus the SASL exchange may take, on either side.
@@ -104,13 +105,14 @@ pub enum SecureError {
     Security(String),
 }
 
-/// The settings both sides of the port use; built once at start (files read then).
+/// The settings both sides of the port use; built at start, the TLS files reloaded when they
+/// change (`ReloadingTls`).
 pub struct ControllerSecurity {
     protocol: SecurityProtocol,
     /// Dialling: the controllers' certificates checked against the truststore.
-    client_tls: Option<Arc<rustls::ClientConfig>>,
+    client_tls: Option<ReloadingTls<rustls::ClientConfig>>,
     /// Accepting: this node's certificate, the diallers' checked against the truststore.
-    server_tls: Option<Arc<rustls::ServerConfig>>,
+    server_tls: Option<ReloadingTls<rustls::ServerConfig>>,
     /// Dialling: this node's login.
     login: Option<PeerLogin>,
     /// Accepting: the PLAIN users a login is checked against.
@@ -176,29 +178,15 @@ impl ControllerSecurity {
             return Ok(Self::plaintext());
         }
         let (client_tls, server_tls) = if protocol.uses_tls() {
-            let read = |key: &str, path: &str| {
-                std::fs::read(path).map_err(|e| format!("{key}: {path}: {e}"))
-            };
-            let material = crate::security::tls::TlsMaterial {
-                certificate_pem: read(
-                    "ssl_certificate_location",
-                    &config.ssl_certificate_location,
-                )?,
-                key_pem: read("ssl_key_location", &config.ssl_key_location)?,
-                truststore_pem: Some(read(
-                    "ssl_truststore_location",
-                    &config.ssl_truststore_location,
-                )?),
-            };
             // Without SASL the certificate is the only proof of who dials: required.
             let client_auth = if protocol.uses_sasl() {
                 ClientAuth::Requested
             } else {
                 ClientAuth::Required
             };
-            let server = crate::security::tls::server_config(&material, client_auth)
-                .map_err(|e| format!("controller listener TLS: {e}"))?;
-            (config.tls_client_config()?, Some(server))
+            let server = config.broker_tls_server(client_auth, "controller listener")?;
+            let client = config.broker_tls_client("controller quorum")?;
+            (client, Some(server))
         } else {
             (None, None)
         };
@@ -260,9 +248,15 @@ impl ControllerSecurity {
     ) -> Result<Stream, SecureError> {
         tcp.set_read_timeout(Some(AUTH_TIMEOUT))?;
         let mut stream = if self.protocol.uses_tls() {
-            let config = self.client_tls.clone().ok_or_else(|| {
-                SecureError::Security("no ssl_truststore_location to check the controller".into())
-            })?;
+            let config = self
+                .client_tls
+                .as_ref()
+                .map(ReloadingTls::current)
+                .ok_or_else(|| {
+                    SecureError::Security(
+                        "no ssl_truststore_location to check the controller".into(),
+                    )
+                })?;
             let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
             let conn = rustls::ClientConnection::new(config, name)
                 .map_err(|e| SecureError::Security(format!("TLS with {addr}: {e}")))?;
@@ -347,7 +341,11 @@ impl ControllerSecurity {
             .map_err(|e| e.to_string())?;
         let mut principal = None;
         let mut stream = if self.protocol.uses_tls() {
-            let config = self.server_tls.clone().ok_or("no TLS configuration")?;
+            let config = self
+                .server_tls
+                .as_ref()
+                .map(ReloadingTls::current)
+                .ok_or("no TLS configuration")?;
             let conn = rustls::ServerConnection::new(config).map_err(|e| e.to_string())?;
             let mut tls = rustls::StreamOwned::new(conn, tcp);
             while tls.conn.is_handshaking() {
