@@ -407,6 +407,17 @@ def test_controller_listener_ssl_needs_a_broker_certificate(cluster_factory, tmp
             (n, node.log_tail())
 
 
+def rotate_to_new_ca_while_node_3_is_down(c: Cluster, pki: dict[str, Path], tmp_path: Path) -> None:
+    """Stops node 3, replaces the CA, certificate and key files every node uses by a new CA's
+    (by rename, as certificate managers do) while nodes 1 and 2 run on, and restarts node 3 on
+    them: it trusts only the new CA."""
+    c.nodes[3].stop()
+    new = make_pki(tmp_path / "pki2")
+    for kind in ("key", "cert", "ca"):
+        os.replace(new[kind], pki[kind])
+    c.restart(3)
+
+
 def test_inter_broker_certificates_reload_without_restart(cluster_factory, tmp_path):
     """Proves a broker's connections to the other brokers pick up rotated certificate files
     without a restart, as its listeners do: with node 3 stopped, the CA, certificate and key
@@ -417,11 +428,7 @@ def test_inter_broker_certificates_reload_without_restart(cluster_factory, tmp_p
     only if their inter-broker TLS client reloaded its truststore, which their logs also
     say."""
     c, pki = secured_cluster(cluster_factory, tmp_path)
-    c.nodes[3].stop()
-    new = make_pki(tmp_path / "pki2")
-    for kind in ("key", "cert", "ca"):
-        os.replace(new[kind], pki[kind])  # by rename, as certificate managers do
-    c.restart(3)
+    rotate_to_new_ca_while_node_3_is_down(c, pki, tmp_path)
     create_topic(c, partitions=3)
     parts = c.wait_topic(TOPIC, 3)
     led_by_3 = [i for i, p in parts.items() if p.leader == 3]
@@ -448,11 +455,7 @@ def test_controller_port_certificates_reload_without_restart(cluster_factory, tm
     a topic created after its restart from the metadata log."""
     c, pki = secured_cluster(cluster_factory, tmp_path, controller_protocol="SSL",
                              extra_env={"STRATA_SUPER_USERS": "User:admin;User:broker;User:CN=broker,O=test"})
-    c.nodes[3].stop()
-    new = make_pki(tmp_path / "pki2")
-    for kind in ("key", "cert", "ca"):
-        os.replace(new[kind], pki[kind])  # by rename, as certificate managers do
-    c.restart(3)
+    rotate_to_new_ca_while_node_3_is_down(c, pki, tmp_path)
     create_topic(c, partitions=3)
     # The topic's replicas on node 3 exist only once node 3 has read its record from the
     # metadata log over the controller port; the full ISRs say they do and follow.
