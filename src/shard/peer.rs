@@ -16,9 +16,10 @@
 //! connection before it ends.
 //!
 //! The TLS files (truststore, the broker's certificate and key) are reloaded without a
-//! restart as the listeners reload theirs (`security::tls_reload::ReloadingTls`): a connection about
-//! to be made looks at them at most once per `TLS_RELOAD_CHECK_INTERVAL_MS` and uses the
-//! rotated ones; a change that does not load is logged and the previous files kept.
+//! restart as the listeners reload theirs (`security::tls_reload::ReloadingTls`): a
+//! connection about to be made looks at them at most once per `TLS_RELOAD_CHECK_INTERVAL_MS`
+//! and uses the rotated ones; a change that does not load is logged and the previous files
+//! kept.
 //! Connections already made keep the session they have.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
