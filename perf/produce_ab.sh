@@ -2,6 +2,10 @@
 # A/B produce throughput of two broker binaries in the same run, alternating A B A B ...
 # Usage: perf/produce_ab.sh BIN_A BIN_B [ROUNDS] [bench produce flags...]
 # Prints one line per run: label records/s MB/s p99_us, then the median MB/s of each side.
+# SERVE_ARGS adds flags to both brokers' `serve`, e.g. SERVE_ARGS="--shards 1": with two
+# shards the kernel puts the producer's connection on the partition's shard or the other one
+# at random (SO_REUSEPORT), and a one-partition run then measures that coin as much as the
+# binary (each request crosses the shard mesh, or not).
 set -euo pipefail
 A=$1; B=$2; ROUNDS=${3:-3}; shift 3 || true
 FLAGS=("$@")
@@ -9,7 +13,8 @@ FLAGS=("$@")
 one() {
   local bin=$1 label=$2 dir port pid
   dir=$(mktemp -d); port=$((20000 + RANDOM % 20000))
-  "$bin" serve --data-dir "$dir/data" --listen 127.0.0.1:$port >"$dir/log" 2>&1 & pid=$!
+  # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
+  "$bin" serve --data-dir "$dir/data" --listen 127.0.0.1:$port ${SERVE_ARGS:-} >"$dir/log" 2>&1 & pid=$!
   for _ in $(seq 100); do "$bin" topic list --bootstrap 127.0.0.1:$port >/dev/null 2>&1 && break; sleep 0.2; done
   "$B" bench produce --bootstrap 127.0.0.1:$port --topic ab "${FLAGS[@]}" --json --label "$label" 2>/dev/null \
     | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["label"], round(r["records_per_sec"]), round(r["mb_per_sec"],1), r["latency_us"]["p99"])'
