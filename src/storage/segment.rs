@@ -325,10 +325,39 @@ pub(crate) async fn read_batches(
     end: u64,
     want_bytes: usize,
 ) -> Result<(Vec<(BatchHeader, Bytes)>, u64), Error> {
+    let chunk = read_chunk(file, path, pos, end, want_bytes).await?;
+    Ok((chunk.batches, chunk.next))
+}
+
+/// What one `read_chunk` found.
+pub(crate) struct ReadChunk {
+    /// Whole, CRC-checked batches in file order.
+    pub batches: Vec<(BatchHeader, Bytes)>,
+    /// The file position after them.
+    pub next: u64,
+    /// The total length of the batch at `next` when its header was in the read but the
+    /// batch was not: a fetch that cannot take that many more bytes is full, and need not
+    /// read it only to leave it out.
+    pub next_len: Option<usize>,
+}
+
+/// `read_batches`, also telling the length of the batch that follows when the read saw its
+/// header.
+pub(crate) async fn read_chunk(
+    file: &dyn SegmentFile,
+    path: &Path,
+    pos: u64,
+    end: u64,
+    want_bytes: usize,
+) -> Result<ReadChunk, Error> {
     let mut len = want_bytes.clamp(READ_CHUNK_BYTES_MIN, READ_CHUNK_BYTES_MAX);
     loop {
         if pos >= end {
-            return Ok((Vec::new(), pos));
+            return Ok(ReadChunk {
+                batches: Vec::new(),
+                next: pos,
+                next_len: None,
+            });
         }
         let len_now = (len as u64).min(end - pos) as usize;
         let buf = file
@@ -344,6 +373,7 @@ pub(crate) async fn read_batches(
         }
         let mut out = Vec::new();
         let mut at = 0usize;
+        let mut next_len = None;
         while let Some(rest) = buf.get(at..).filter(|r| r.len() >= BATCH_HEADER_LEN) {
             let here = pos + at as u64;
             let h = BatchHeader::parse(rest)
@@ -356,13 +386,20 @@ pub(crate) async fn read_batches(
                     "batch extends past the segment end",
                 ));
             }
-            let Some(one) = rest.get(..total) else { break };
+            let Some(one) = rest.get(..total) else {
+                next_len = Some(total);
+                break;
+            };
             let h = validate(one).map_err(|e| Error::corruption(path, here, e.to_string()))?;
             out.push((h, buf.slice(at..at + total)));
             at += total;
         }
         if !out.is_empty() {
-            return Ok((out, pos + at as u64));
+            return Ok(ReadChunk {
+                batches: out,
+                next: pos + at as u64,
+                next_len,
+            });
         }
         // The first batch did not fit in this read: read again, sized to it.
         let need = match buf.get(..BATCH_HEADER_LEN) {

@@ -2092,3 +2092,75 @@ fn cleaned_log_gaps_survive_restart_and_replicate() {
         follower.close().await.unwrap();
     });
 }
+
+/// A reader draining old data from disk in full fetches gets each next chunk read ahead, and
+/// what it reads is exactly the log: across a second reader elsewhere (which drops the
+/// read-ahead), a truncation past the reader and new appends at the cut offsets (a stale
+/// read-ahead is never used), and memory pressure (eviction drops it).
+#[test]
+fn read_ahead_serves_a_sequential_reader_exactly() {
+    run(|| async {
+        use super::budget::Evictable;
+        let dir = test_dir();
+        let config = LogConfig {
+            segment_bytes: 64 << 10,
+            ..small_config()
+        };
+        let (mut model, p) = fill(dir.path(), config.clone(), 1200).await;
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        let fetch = 16 << 10;
+        // Reads from `offset` in full fetches until `stop` (or the end), checking each batch
+        // against the model; returns where it stopped.
+        async fn drain(
+            p: &Partition,
+            model: &[(i64, Bytes)],
+            mut offset: i64,
+            stop: i64,
+            fetch: usize,
+            saw_ahead: &mut bool,
+        ) -> i64 {
+            while offset < stop {
+                let r = p.read(offset, fetch).await.unwrap();
+                let Some(last) = r.chunks.last() else { break };
+                let first = model.iter().position(|(b, _)| *b >= offset).unwrap();
+                for (i, c) in r.chunks.iter().enumerate() {
+                    assert_eq!(c, &model[first + i].1, "batch at offset {offset} + {i}");
+                }
+                assert!(concat(&r.chunks).len() <= fetch);
+                offset = BatchHeader::parse(last).unwrap().last_offset() + 1;
+                *saw_ahead |= p.read_ahead_offset() == Some(offset);
+            }
+            offset
+        }
+        let mut saw_ahead = false;
+        let mut at = drain(&p, &model, 0, 600, fetch, &mut saw_ahead).await;
+        assert!(saw_ahead, "full fetches from disk read ahead");
+        // Another reader elsewhere takes the read-ahead; the first one goes on correctly.
+        assert_eq!(&p.read(10, 1).await.unwrap().chunks[0], &model[5].1);
+        at = drain(&p, &model, at, 900, fetch, &mut saw_ahead).await;
+        // Memory pressure drops a pending read-ahead first.
+        if p.read_ahead_offset().is_some() {
+            assert!(p.evict(1) > 0);
+            assert_eq!(p.read_ahead_offset(), None);
+        }
+        at = drain(&p, &model, at, 1000, fetch, &mut saw_ahead).await;
+        // Cut the log just past the reader, then write different batches at the cut offsets.
+        assert!(p.read_ahead_offset().is_some());
+        let cut = at + 40;
+        assert_eq!(p.truncate_to(cut).await.unwrap(), cut);
+        assert_eq!(p.read_ahead_offset(), None);
+        model.retain(|(b, _)| *b < cut);
+        for i in 0..400 {
+            let b = plain(2, 9000 + i, 170);
+            let out = p.append(b.clone(), 0).unwrap();
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+        }
+        let leo = p.log_end_offset();
+        p.wait_durable(leo - 1).await.unwrap();
+        assert_eq!(drain(&p, &model, at, leo, fetch, &mut saw_ahead).await, leo);
+        p.close().await.unwrap();
+    });
+}

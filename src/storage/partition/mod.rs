@@ -153,6 +153,8 @@ struct Inner {
     /// a follower copied a cleaned log); persisted in `offset-gaps-below` before any gap is
     /// written. See `recovery`.
     gaps_below: i64,
+    /// The next chunk of a sequential disk reader, being read (see `read::ReadAhead`).
+    read_ahead: Option<read::ReadAhead>,
 }
 
 pub struct Partition {
@@ -198,8 +200,13 @@ impl Evictable for Partition {
         let Ok(mut inner) = self.inner.try_borrow_mut() else {
             return 0;
         };
+        // A read-ahead goes first: it is only a guess at what a reader wants next.
+        let ahead = inner.read_ahead.take().map_or(0, |a| a.bytes());
+        if ahead >= bytes {
+            return ahead;
+        }
         let written = inner.written_offset;
-        inner.cache.evict_bytes(bytes, written)
+        ahead + inner.cache.evict_bytes(bytes - ahead, written)
     }
 }
 
@@ -353,6 +360,7 @@ impl Partition {
             truncating: false,
             log_generation: 0,
             gaps_below: rec.gaps_below,
+            read_ahead: None,
         };
         inner.recompute_max_timestamp();
         let p = Rc::new(Partition {
@@ -634,6 +642,7 @@ impl Partition {
             let mut inner = self.inner.borrow_mut();
             inner.closed = true;
             inner.cache.clear();
+            inner.read_ahead = None;
         }
         self.resident.borrow_mut().take();
         self.progress.notify_all();
@@ -743,6 +752,12 @@ impl Partition {
         })
         .detach();
         Ok(Some(moved))
+    }
+
+    /// Test hook: whether a read-ahead is pending, and for which fetch offset.
+    #[cfg(test)]
+    pub(crate) fn read_ahead_offset(&self) -> Option<i64> {
+        self.inner.borrow().read_ahead.as_ref().map(|a| a.offset())
     }
 
     /// Test hook simulating `kill -9`: stops all I/O where it stands (an in-flight write or

@@ -4,14 +4,18 @@
 //! matching batch), and the lazy opening of a closed segment's file and indexes on first use.
 //! A read never overlaps a truncation: it waits for one, and is redone if one overlapped it.
 
+use std::path::Path;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::limits::RECORDS_DECOMPRESSED_BYTES_MAX;
 use crate::protocol::record_batch::{record_offsets_and_timestamps, BatchHeader};
+use crate::storage::budget::{Charge, MemoryClass};
+use crate::storage::file_io::SegmentFile;
 use crate::storage::notify::Notify;
 use crate::storage::recovery::{load_index, rebuild_closed_indexes};
-use crate::storage::segment::read_batches;
-use crate::storage::{Error, READ_CHUNK_BYTES_MIN};
+use crate::storage::segment::{read_batches, read_chunk, ReadChunk};
+use crate::storage::{Error, READ_CHUNK_BYTES_MAX, READ_CHUNK_BYTES_MIN};
 
 use super::{Inner, Partition, ReadOutcome};
 
@@ -53,6 +57,57 @@ fn record_at_or_after(
         offset,
         leader_epoch: header.partition_leader_epoch,
     })
+}
+
+/// The next chunk of a sequential reader, read from disk while the fetch before it is being
+/// sent. Reads bypass the page cache (direct I/O), so without this a consumer reading old
+/// data waits for the disk, then the disk waits for the consumer: each fetch's read starts
+/// only when the previous response is out. Started after a disk read that stopped because
+/// the fetch was full; used by the next read at exactly the offset that fetch ends at.
+/// One per partition: any other disk read of the partition drops it, as does eviction
+/// (its buffer is charged to the memory budget as `Responses`, taken only if it fits, never
+/// by evicting) and the end of the partition (dropping the task cancels the read).
+pub(super) struct ReadAhead {
+    segment_base: i64,
+    /// The file it reads: the cleaner may replace a segment's file under the same base,
+    /// and positions in one mean nothing in the other.
+    file: Rc<dyn SegmentFile>,
+    /// The fetch offset it serves and the file position of the batch holding it.
+    offset: i64,
+    pos: u64,
+    /// `log_generation` when it started: a truncation since makes it stale.
+    generation: u64,
+    /// The read and the CRC checks run in this task, off the next fetch's path.
+    task: glommio::Task<Result<ReadChunk, Error>>,
+    charge: Charge,
+}
+
+impl ReadAhead {
+    /// The memory it holds, given back when it is dropped.
+    pub(super) fn bytes(&self) -> usize {
+        self.charge.bytes()
+    }
+
+    #[cfg(test)]
+    pub(super) fn offset(&self) -> i64 {
+        self.offset
+    }
+}
+
+/// Where a read-ahead starts: the segment (and the log generation it was found in), the
+/// fetch offset it serves, the file position of the batch holding it, and the segment's end.
+struct Place {
+    segment_base: i64,
+    generation: u64,
+    offset: i64,
+    pos: u64,
+    end: u64,
+}
+
+/// Whether two handles are the same open file (compared by address only: the vtable part
+/// of a `dyn` pointer may differ between codegen units for the same type).
+fn same_file(a: &Rc<dyn SegmentFile>, b: &Rc<dyn SegmentFile>) -> bool {
+    std::ptr::eq(Rc::as_ptr(a) as *const u8, Rc::as_ptr(b) as *const u8)
 }
 
 impl Partition {
@@ -128,11 +183,11 @@ impl Partition {
         upper: Option<i64>,
     ) -> Result<(ReadOutcome, Option<i64>), Error> {
         let mut load = None;
-        let (file, path, mut pos, end, hw, log_start, interval, segment_next) = loop {
+        let (file, path, mut pos, end, hw, log_start, interval, segment_next, found_in, mut ahead) = loop {
             if let Some(base) = load.take() {
                 self.ensure_segment_ready(base).await?;
             }
-            let inner = self.inner.borrow();
+            let mut inner = self.inner.borrow_mut();
             if inner.closed {
                 return Err(Error::Closed);
             }
@@ -174,45 +229,109 @@ impl Partition {
                 load = Some(seg.base_offset);
                 continue;
             };
-            let pos = seg.index.lookup(seg.relative(offset)) as u64;
-            break (
-                file,
+            let mut pos = seg.index.lookup(seg.relative(offset)) as u64;
+            let (base, generation) = (seg.base_offset, inner.log_generation);
+            let found = (
                 seg.path.clone(),
-                pos,
                 seg.written.min(seg.size),
                 (hw, bound),
                 log_start,
                 inner.config.index_interval_bytes,
                 (seg.next_offset < bound).then_some(seg.next_offset),
             );
+            // Any disk read takes the read-ahead: this one uses it if it is where this read
+            // starts, else it is dropped (one sequential reader per partition is the case
+            // it serves; two readers would only read for each other in vain).
+            let ahead = inner.read_ahead.take().filter(|a| {
+                a.segment_base == base
+                    && a.offset == offset
+                    && a.generation == generation
+                    && same_file(&a.file, &file)
+            });
+            if let Some(a) = &ahead {
+                pos = a.pos;
+            }
+            let (path, end, hw, log_start, interval, segment_next) = found;
+            let found_in = (base, generation);
+            break (
+                file,
+                path,
+                pos,
+                end,
+                hw,
+                log_start,
+                interval,
+                segment_next,
+                found_in,
+                ahead,
+            );
         };
         let (hw, bound) = hw;
+        let (base, generation) = found_in;
         let mut chunks = Vec::new();
         let mut total = 0usize;
+        // Where this fetch stopped because it was full: the offset the reader asks for next
+        // and the position of the batch holding it.
+        let mut full_at = None;
+        // The last offset of the last batch taken.
+        let mut last: Option<i64> = None;
         'segment: while pos < end {
             let want = max_bytes
                 .saturating_sub(total)
                 .saturating_add(interval as usize);
-            let (batches, next) = read_batches(&*file, &path, pos, end, want).await?;
-            if batches.is_empty() {
+            let chunk = match ahead.take() {
+                // A read-ahead that failed is not trusted for the error either: the read
+                // is done again, and reports its own.
+                Some(a) => match a.task.await {
+                    Ok(chunk) if !chunk.batches.is_empty() => chunk,
+                    _ => read_chunk(&*file, &path, pos, end, want).await?,
+                },
+                None => read_chunk(&*file, &path, pos, end, want).await?,
+            };
+            if chunk.batches.is_empty() {
                 break;
             }
-            for (h, bytes) in batches {
+            let mut at = pos;
+            for (h, bytes) in chunk.batches {
+                let here = at;
+                at += bytes.len() as u64;
                 if h.last_offset() < offset {
                     continue;
                 }
-                if h.last_offset() >= bound
-                    || (!chunks.is_empty() && total + bytes.len() > max_bytes)
-                {
+                if h.last_offset() >= bound {
+                    break 'segment;
+                }
+                if !chunks.is_empty() && total + bytes.len() > max_bytes {
+                    full_at = last.map(|l| (l + 1, here));
                     break 'segment;
                 }
                 total += bytes.len();
                 chunks.push(bytes);
+                last = Some(h.last_offset());
                 if total >= max_bytes {
+                    full_at = Some((h.last_offset() + 1, at));
                     break 'segment;
                 }
             }
-            pos = next;
+            pos = chunk.next;
+            // The batch after this read does not fit what is left: the fetch is full
+            // (reading it would only leave it out).
+            if let (Some(l), Some(next_len)) = (last, chunk.next_len) {
+                if !chunks.is_empty() && total + next_len > max_bytes {
+                    full_at = Some((l + 1, pos));
+                    break;
+                }
+            }
+        }
+        if let Some((next_offset, next_pos)) = full_at.filter(|&(_, p)| p < end) {
+            let at = Place {
+                segment_base: base,
+                generation,
+                offset: next_offset,
+                pos: next_pos,
+                end,
+            };
+            self.start_read_ahead(&file, &path, at, max_bytes);
         }
         let out = ReadOutcome {
             chunks,
@@ -220,6 +339,48 @@ impl Partition {
             log_start_offset: log_start,
         };
         Ok((out, segment_next))
+    }
+
+    /// Starts reading the chunk a full fetch stopped before (see `ReadAhead`), if the
+    /// memory budget has room for it now.
+    fn start_read_ahead(
+        &self,
+        file: &Rc<dyn SegmentFile>,
+        path: &Path,
+        at: Place,
+        fetch_bytes: usize,
+    ) {
+        let Place {
+            segment_base,
+            generation,
+            offset,
+            pos,
+            end,
+        } = at;
+        let len = (fetch_bytes.clamp(READ_CHUNK_BYTES_MIN, READ_CHUNK_BYTES_MAX) as u64)
+            .min(end - pos) as usize;
+        let Some(charge) = self.budget.borrow().try_charge(MemoryClass::Responses, len) else {
+            return;
+        };
+        let Ok(mut inner) = self.inner.try_borrow_mut() else {
+            return;
+        };
+        // A truncation that ran during this fetch may have cut what it would read.
+        if inner.closing || inner.closed || inner.truncating || inner.log_generation != generation {
+            return;
+        }
+        let (reading, path) = (Rc::clone(file), path.to_path_buf());
+        let task =
+            glommio::spawn_local(async move { read_chunk(&*reading, &path, pos, end, len).await });
+        inner.read_ahead = Some(ReadAhead {
+            segment_base,
+            file: Rc::clone(file),
+            offset,
+            pos,
+            generation,
+            task,
+            charge,
+        });
     }
 
     /// Resolves when the high watermark passes `offset` (returns it), or at `deadline`, or

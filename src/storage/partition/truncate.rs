@@ -79,6 +79,8 @@ impl Partition {
             inner.check_open()?;
             inner.truncating = true;
             inner.log_generation += 1;
+            // Its bytes may be cut: it would not be used, and need not hold memory.
+            inner.read_ahead = None;
         }
         let guard = TruncatingGuard(self, Cell::new(false));
         self.flush_wakeup.notify_all();
