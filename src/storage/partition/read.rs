@@ -183,7 +183,18 @@ impl Partition {
         upper: Option<i64>,
     ) -> Result<(ReadOutcome, Option<i64>), Error> {
         let mut load = None;
-        let (file, path, mut pos, end, hw, log_start, interval, segment_next, found_in, mut ahead) = loop {
+        let (
+            file,
+            path,
+            mut pos,
+            end,
+            (hw, bound),
+            log_start,
+            interval,
+            segment_next,
+            (base, generation),
+            mut ahead,
+        ) = loop {
             if let Some(base) = load.take() {
                 self.ensure_segment_ready(base).await?;
             }
@@ -231,14 +242,8 @@ impl Partition {
             };
             let mut pos = seg.index.lookup(seg.relative(offset)) as u64;
             let (base, generation) = (seg.base_offset, inner.log_generation);
-            let found = (
-                seg.path.clone(),
-                seg.written.min(seg.size),
-                (hw, bound),
-                log_start,
-                inner.config.index_interval_bytes,
-                (seg.next_offset < bound).then_some(seg.next_offset),
-            );
+            let (path, end) = (seg.path.clone(), seg.written.min(seg.size));
+            let segment_next = (seg.next_offset < bound).then_some(seg.next_offset);
             // Any disk read takes the read-ahead: this one uses it if it is where this read
             // starts, else it is dropped (one sequential reader per partition is the case
             // it serves; two readers would only read for each other in vain).
@@ -251,23 +256,19 @@ impl Partition {
             if let Some(a) = &ahead {
                 pos = a.pos;
             }
-            let (path, end, hw, log_start, interval, segment_next) = found;
-            let found_in = (base, generation);
             break (
                 file,
                 path,
                 pos,
                 end,
-                hw,
+                (hw, bound),
                 log_start,
-                interval,
+                inner.config.index_interval_bytes,
                 segment_next,
-                found_in,
+                (base, generation),
                 ahead,
             );
         };
-        let (hw, bound) = hw;
-        let (base, generation) = found_in;
         let mut chunks = Vec::new();
         let mut total = 0usize;
         // Where this fetch stopped because it was full: the offset the reader asks for next
