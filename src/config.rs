@@ -265,6 +265,12 @@ pub struct Config {
     pub unclean_leader_election_enable: bool,
     /// Kafka's replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// Client bytes an acks=0/1 produce may leave above a partition's high watermark (not
+    /// yet fsynced on every in-sync follower) before its answer waits, at most until the
+    /// followers are within the bound, leave the ISR, or `replica_lag_time_max_ms` passes
+    /// (`replication::produce_lag`). 0 turns it off. Not Kafka's; Redpanda holds acks=1
+    /// writes in its Raft replicate path the same way.
+    pub replica_produce_lag_max_bytes: u64,
     /// Kafka's replica.fetch.wait.max.ms: how long a follower's Fetch waits for new data.
     pub replica_fetch_wait_max_ms: i32,
     /// Kafka's replica.fetch.max.bytes: bytes per partition in a follower's Fetch.
@@ -420,6 +426,7 @@ impl Default for Config {
             min_insync_replicas: 1,
             unclean_leader_election_enable: false,
             replica_lag_time_max_ms: 30_000,
+            replica_produce_lag_max_bytes: crate::limits::REPLICA_PRODUCE_LAG_MAX_BYTES_DEFAULT,
             replica_fetch_wait_max_ms: 500,
             replica_fetch_max_bytes: 1_048_576,
             replica_fetch_response_max_bytes: 10_485_760,

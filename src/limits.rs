@@ -144,6 +144,22 @@ pub const METADATA_POLL_MS: u64 = 50;
 /// How often each shard's leaders check follower lag (ISR shrink) and their own log end.
 pub const REPLICA_TICK_MS: u64 = 250;
 
+/// Default of `replica_produce_lag_max_bytes`: client bytes an acks=0/1 produce may leave
+/// above a partition's high watermark (not yet fsynced on every in-sync follower) before its
+/// answer waits for the followers. Large enough that followers which keep up never hit it:
+/// a pipelined follower's durable end trails by about a Fetch in flight and one being
+/// fsynced, each at most `replica_fetch_max_bytes` (1 MiB) per partition, so 8 MiB is a few
+/// times that. Small enough that what a leader failure can lose of acknowledged acks=1
+/// writes, and the backlog the followers still have to copy when the load stops, stays a
+/// fraction of a second of a partition's write rate instead of growing with the run.
+pub const REPLICA_PRODUCE_LAG_MAX_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
+
+/// Marks (log end, client bytes) one led partition keeps to count the bytes above its high
+/// watermark (`replication::produce_lag`): the bound on that bookkeeping's memory (16 bytes
+/// a mark). With a mark every `2 * replica_produce_lag_max_bytes / 64` bytes, the count is
+/// exact to 1/32 of the bound.
+pub const PRODUCE_LAG_MARKS_MAX: usize = 64;
+
 /// Connect and request timeout of a replica fetcher's connection, beyond the Fetch wait.
 pub const PEER_REQUEST_TIMEOUT_MS: u64 = 5_000;
 

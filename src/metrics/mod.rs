@@ -33,6 +33,9 @@ pub struct ShardSnapshot {
     pub cleaner_bytes_written: u64,
     pub isr_shrinks: u64,
     pub isr_expands: u64,
+    /// acks=0/1 produce answers held for the followers, and the milliseconds they waited.
+    pub produce_lag_waits: u64,
+    pub produce_lag_wait_ms: u64,
     /// Consumer groups this shard coordinates.
     pub consumer_groups: u64,
     /// Replicas assigned here whose log could not be opened.

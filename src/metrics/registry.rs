@@ -108,6 +108,10 @@ pub struct ShardMetrics {
     cleaner_bytes_written: Cell<u64>,
     isr_shrinks: Cell<u64>,
     isr_expands: Cell<u64>,
+    /// acks=0/1 produce answers held for the followers (`replica_produce_lag_max_bytes`),
+    /// and the milliseconds they waited in all.
+    produce_lag_waits: Cell<u64>,
+    produce_lag_wait_ms: Cell<u64>,
     /// Per Kafka listener (at most `METRICS_LISTENERS_MAX`, named by `listeners`): its
     /// connections and failed authentications. A short list searched by name: connections
     /// and authentications are not per-request events.
@@ -159,6 +163,8 @@ impl ShardMetrics {
             cleaner_bytes_written: Cell::new(0),
             isr_shrinks: Cell::new(0),
             isr_expands: Cell::new(0),
+            produce_lag_waits: Cell::new(0),
+            produce_lag_wait_ms: Cell::new(0),
             listeners: RefCell::new(Vec::new()),
             task_queue: Histogram::new(),
         }
@@ -257,6 +263,12 @@ impl ShardMetrics {
         add(&self.isr_expands, 1);
     }
 
+    /// An acks=0/1 produce answer was held `ms` for the followers.
+    pub fn produce_lag_waited(&self, ms: u64) {
+        add(&self.produce_lag_waits, 1);
+        add(&self.produce_lag_wait_ms, ms);
+    }
+
     /// The registry's counts into `into` (the shard fills in the rest: connections open,
     /// partitions, memory).
     pub fn snapshot_into(&self, into: &mut super::ShardSnapshot) {
@@ -279,6 +291,8 @@ impl ShardMetrics {
         into.cleaner_bytes_written = self.cleaner_bytes_written.get();
         into.isr_shrinks = self.isr_shrinks.get();
         into.isr_expands = self.isr_expands.get();
+        into.produce_lag_waits = self.produce_lag_waits.get();
+        into.produce_lag_wait_ms = self.produce_lag_wait_ms.get();
         into.task_queue = self.task_queue.snapshot();
         into.listeners = self
             .listeners

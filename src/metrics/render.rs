@@ -252,6 +252,16 @@ fn replication(out: &mut Out, b: &BrokerSnapshot) {
         "In-sync replica sets of partitions led here that the controller expanded.",
         sum(|s| s.isr_expands),
     );
+    out.counter(
+        "strata_produce_lag_waits_total",
+        "acks=0/1 produce answers held until the in-sync followers were within replica_produce_lag_max_bytes.",
+        sum(|s| s.produce_lag_waits),
+    );
+    out.counter(
+        "strata_produce_lag_wait_seconds_total",
+        "Time acks=0/1 produce answers were held for the in-sync followers.",
+        seconds(sum(|s| s.produce_lag_wait_ms).saturating_mul(1000)),
+    );
     out.gauge(
         "strata_offline_partitions",
         "Partitions of the cluster with no leader, as this broker's metadata sees them (every broker reports the cluster's count: aggregate with max, not sum).",

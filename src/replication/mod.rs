@@ -7,6 +7,8 @@
 //!   against the leader with OffsetForLeaderEpoch (KIP-101/KIP-279), truncate, fetch.
 //! - [`epoch_cache::EpochCache`]: the leader-epoch cache both of them rely on.
 //! - [`durable_tag`]: the follower's durable end, beside its fetch offset in a Fetch.
+//! - [`produce_lag::ProduceLag`]: how far acks=0/1 produce may run ahead of the HW
+//!   (`replica_produce_lag_max_bytes`) before its answer waits for the followers.
 //!
 //! Ids are the newtypes of `protocol::ids`, so they cannot be mixed up: a replica (broker)
 //! id is a `NodeId`, an offset an `Offset`, a leader epoch a `LeaderEpoch`; the partition
@@ -18,6 +20,7 @@ pub mod durable_tag;
 pub mod epoch_cache;
 pub mod follower;
 pub mod leader;
+pub mod produce_lag;
 
 use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 

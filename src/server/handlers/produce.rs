@@ -171,9 +171,17 @@ pub async fn handle(
     };
     if acks == 0 {
         // No response is sent, but the started work (opening a partition, appending) must
-        // still run to completion.
-        glommio::spawn_local(finish).detach();
-        return futures::future::ready(None).boxed_local();
+        // still run to completion, whatever becomes of the connection: a task of its own.
+        // The connection's writer waits for it in its turn all the same (it includes waiting
+        // for the followers when the partition's lag is past `replica_produce_lag_max_bytes`),
+        // so past `connection_requests_in_flight_max` such requests the connection is not
+        // read: the only back-pressure an acks=0 producer feels.
+        let done = glommio::spawn_local(finish).detach();
+        return async move {
+            let _ = done.await;
+            None
+        }
+        .boxed_local();
     }
     async move { Some(finish.await) }.boxed_local()
 }

@@ -275,6 +275,7 @@ async fn finish(
             last_offset,
         } => {
             if acks != -1 {
+                wait_for_followers(ctx, &tp, &partition, deadline_ms).await;
                 return result;
             }
             match until(clock, deadline_ms, partition.wait_durable(last_offset)).await {
@@ -300,6 +301,56 @@ async fn finish(
             ProduceResult::error(ErrorCode::UnknownTopicOrPartition, None)
         }
     }
+}
+
+/// An acks=0/1 append that left more than `replica_produce_lag_max_bytes` of client bytes
+/// above `tp`'s high watermark waits here, before it is answered, for the in-sync followers
+/// to fsync enough of them (`replication::produce_lag`): so a closed-loop producer is paced by
+/// its followers too, not only by the leader's disk. Event-driven: the HW's own wake-ups
+/// (a follower's fetch reporting its durable end, an ISR shrink) end it, as they complete
+/// acks=all waiters. The wait ends too, and the produce is answered as it would have been,
+/// when this broker stops leading `tp`, no other replica is left in the ISR, the partition
+/// closes, or the time bound passes. Partitions alone in their ISR return at once.
+async fn wait_for_followers(
+    ctx: &Rc<ShardCtx>,
+    tp: &TopicPartition,
+    partition: &Partition,
+    request_deadline_ms: u64,
+) {
+    let Some(target) = ctx.replicas.produce_lag_target(tp) else {
+        return;
+    };
+    let Some(epoch) = ctx.replicas.leader_epoch(tp) else {
+        return;
+    };
+    let clock = &*ctx.shared.clock;
+    let start_ms = clock.monotonic_ms();
+    // At most as long as a stuck follower stays in the ISR (replica_lag_time_max_ms), and at
+    // most half of what is left of the request's timeout: clients send their own request
+    // timeout there, and an answer that reaches them after it makes them send an
+    // acknowledged write again.
+    let deadline_ms = start_ms
+        .saturating_add(ctx.shared.config.replica_lag_time_max_ms)
+        .min(start_ms + request_deadline_ms.saturating_sub(start_ms) / 2);
+    loop {
+        let now_ms = clock.monotonic_ms();
+        if now_ms >= deadline_ms || !ctx.replicas.produce_lag_holds(tp, epoch) {
+            break;
+        }
+        // The HW wakes this; the tick looks again at the leadership and the ISR, whose loss
+        // moves no HW here.
+        let tick_ms = crate::limits::REPLICA_TICK_MS.min(deadline_ms - now_ms);
+        let wake = Instant::now() + Duration::from_millis(tick_ms);
+        if partition.wait_for_hw_beyond(target - 1, wake).await >= target {
+            break;
+        }
+        if Instant::now() < wake {
+            // Back early with the HW short of the target: the partition closed or failed.
+            break;
+        }
+    }
+    let waited_ms = clock.monotonic_ms().saturating_sub(start_ms);
+    crate::metrics::with(|m| m.produce_lag_waited(waited_ms));
 }
 
 /// Checks this broker leads `tp` (and, for acks=all, that the ISR is large enough), then

@@ -40,6 +40,7 @@ use crate::protocol::error::ErrorCode;
 use crate::protocol::ids::{LeaderEpoch, NodeId, Offset};
 use crate::replication::follower::FollowerState;
 use crate::replication::leader::LeaderState;
+use crate::replication::produce_lag::ProduceLag;
 use crate::replication::{FollowerCommand, LeaderCommand};
 use crate::shard::TopicPartition;
 use crate::storage::Partition;
@@ -56,6 +57,9 @@ pub struct LeaderRole {
     pub partition: Rc<Partition>,
     /// The topic's min.insync.replicas.
     pub min_isr: usize,
+    /// Client bytes above the high watermark: acks=0/1 produce waits past
+    /// `replica_produce_lag_max_bytes`.
+    pub produce_lag: ProduceLag,
 }
 
 pub struct FollowerRole {
@@ -145,6 +149,40 @@ impl Replicas {
             Some(Role::Leader(l)) if l.state.acks_all_allowed(l.min_isr) => Ok(()),
             Some(Role::Leader(_)) => Err(ErrorCode::NotEnoughReplicasAfterAppend),
             _ => Err(ErrorCode::NotLeaderOrFollower),
+        }
+    }
+
+    /// After a client's acks=0/1 append to `tp` (its bytes already counted in the
+    /// partition's traffic): the high watermark the produce's answer must wait for, if the
+    /// client bytes above the HW exceed `replica_produce_lag_max_bytes` while another replica
+    /// is in the ISR. `None` if this broker does not lead `tp`, or nothing is to wait for.
+    pub fn produce_lag_target(&self, tp: &TopicPartition) -> Option<i64> {
+        match self.roles.borrow_mut().get_mut(tp) {
+            Some(Role::Leader(l)) => {
+                let followers_in_isr = l.state.isr().len() > 1;
+                let (bytes, _, _) = l.partition.traffic.get();
+                l.produce_lag
+                    .on_append(
+                        Offset(l.partition.log_end_offset()),
+                        bytes,
+                        l.state.high_watermark(),
+                        followers_in_isr,
+                    )
+                    .map(Offset::get)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether an acks=0/1 produce waiting for `tp`'s followers (`produce_lag_target`) must
+    /// go on waiting: this broker still leads `tp` at `leader_epoch` with another replica in
+    /// the ISR. A lost leadership or a shrunk ISR ends the wait.
+    pub fn produce_lag_holds(&self, tp: &TopicPartition, leader_epoch: i32) -> bool {
+        match self.roles.borrow().get(tp) {
+            Some(Role::Leader(l)) => {
+                l.state.leader_epoch().get() == leader_epoch && l.state.isr().len() > 1
+            }
+            _ => false,
         }
     }
 
@@ -367,6 +405,10 @@ fn update_role(
                 state,
                 partition: p.clone(),
                 min_isr,
+                produce_lag: ProduceLag::new(
+                    ctx.shared.config.replica_produce_lag_max_bytes,
+                    crate::limits::PRODUCE_LAG_MARKS_MAX,
+                ),
             }),
         );
         drop(roles);
