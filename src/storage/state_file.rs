@@ -203,6 +203,62 @@ pub(crate) async fn write_offset_file(dir: &Path, name: &str, offset: i64) -> Re
     write_atomic(dir, name, frame(&payload)).await
 }
 
+/// Rewrites an offset file that already exists in place: one write of the same length over
+/// the old frame and an `fdatasync`, instead of `write_atomic`'s create, rename and
+/// directory fsync. For the high-watermark checkpoint, which every partition rewrites every
+/// `HW_CHECKPOINT_INTERVAL_MS`: with thousands of partitions the create-and-rename path was
+/// a thousand new inodes, renames and journal commits a second beside the data's fsyncs
+/// (`perf record`: inode allocation in the io_uring workers). The length never changes, so
+/// `fdatasync` has no metadata to commit. Safe because the frame's CRC detects a torn write
+/// and every reader of such a file treats an unreadable one as absent (the HW then starts
+/// from the log start and is re-learned); the file is created atomically the first time.
+pub(crate) async fn overwrite_offset_file(
+    dir: &Path,
+    name: &str,
+    offset: i64,
+) -> Result<(), Error> {
+    let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&OffsetState { offset })
+        .map_err(|e| Error::corruption(dir.join(name), 0, e.to_string()))?;
+    let bytes = frame(&payload);
+    let path = dir.join(name);
+    let io = |op| {
+        let p = path.clone();
+        move |e: glommio::GlommioError<()>| Error::io(p, op, e.into())
+    };
+    let file = match glommio::io::OpenOptions::new()
+        .write(true)
+        .buffered_open(&path)
+        .await
+    {
+        Ok(f) => f,
+        Err(e) => {
+            let e: std::io::Error = e.into();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return write_atomic(dir, name, bytes).await;
+            }
+            return Err(Error::io(&path, "open", e));
+        }
+    };
+    let len = file.file_size().await.map_err(io("stat"))?;
+    if len != bytes.len() as u64 {
+        // Not a frame of this length (an older format, a damaged file): replace it whole.
+        file.close().await.map_err(io("close"))?;
+        return write_atomic(dir, name, bytes).await;
+    }
+    let want = bytes.len();
+    let written = file.write_at(bytes, 0).await.map_err(io("write"))?;
+    if written != want {
+        return Err(Error::Io {
+            path,
+            op: "write",
+            kind: std::io::ErrorKind::WriteZero,
+            message: "short write".into(),
+        });
+    }
+    file.fdatasync().await.map_err(io("fsync"))?;
+    file.close().await.map_err(io("close"))
+}
+
 /// `Ok(None)` if absent; `Err(Corruption)` if present but unreadable.
 pub(crate) async fn read_offset_file(dir: &Path, name: &str) -> Result<Option<i64>, Error> {
     let path = dir.join(name);

@@ -2164,3 +2164,52 @@ fn read_ahead_serves_a_sequential_reader_exactly() {
         p.close().await.unwrap();
     });
 }
+
+/// The HW checkpoint is rewritten in place (same inode, no `.tmp` left), created atomically
+/// when absent, replaced whole when its length is not a frame's, and a torn rewrite reads as
+/// unreadable (so recovery falls back to the log start) rather than as a wrong offset.
+#[test]
+fn hw_checkpoint_is_overwritten_in_place() {
+    use std::os::unix::fs::MetadataExt;
+    run(|| async {
+        let dir = test_dir();
+        let name = super::state_file::HW_CHECKPOINT_FILE;
+        let path = dir.path().join(name);
+        super::state_file::overwrite_offset_file(dir.path(), name, 7)
+            .await
+            .unwrap();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        for hw in [8, 1 << 40, 0] {
+            super::state_file::overwrite_offset_file(dir.path(), name, hw)
+                .await
+                .unwrap();
+            assert_eq!(
+                super::state_file::read_offset_file(dir.path(), name)
+                    .await
+                    .unwrap(),
+                Some(hw)
+            );
+            assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        }
+        assert!(!dir.path().join(format!("{name}.tmp")).exists());
+        // A file of another length is replaced, not patched.
+        std::fs::write(&path, b"short").unwrap();
+        super::state_file::overwrite_offset_file(dir.path(), name, 9)
+            .await
+            .unwrap();
+        assert_eq!(
+            super::state_file::read_offset_file(dir.path(), name)
+                .await
+                .unwrap(),
+            Some(9)
+        );
+        // A torn write (the payload's last byte flipped) is detected, not decoded.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(super::state_file::read_offset_file(dir.path(), name)
+            .await
+            .is_err());
+    });
+}

@@ -720,7 +720,7 @@ impl Partition {
             }
             inner.high_watermark
         };
-        state_file::write_offset_file(&self.dir, state_file::HW_CHECKPOINT_FILE, hw).await?;
+        state_file::overwrite_offset_file(&self.dir, state_file::HW_CHECKPOINT_FILE, hw).await?;
         self.inner.borrow_mut().hw_persisted = hw;
         Ok(())
     }
