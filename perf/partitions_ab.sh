@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Many-partition produce, before/after of two binaries in one run (issue 14's "5,000
+# partitions, 1 KiB acks=all, 4 producers" figure). For each binary, in the order A B B A A B
+# so drift of this shared machine hits both: a fresh one-node broker on built-in defaults,
+# one topic of PARTITIONS partitions, a 4 s warm-up run (the first write to each partition
+# creates its segment file), then the measured 10 s run; the broker's CPU ticks over the
+# measured run are printed beside it. Between runs the data is removed and the script waits
+# until the disk has been idle for 3 s (at most 30 s): with ext4's `discard` the removal of
+# ~10 GB of segments keeps the disk busy and would slow the next run.
+#
+# Usage: perf/partitions_ab.sh BIN_A BIN_B [PARTITIONS (5000)]
+# Output: one line per run on stdout and in $OUT (default /tmp/partitions-ab.txt).
+set -uo pipefail
+A=$1; B=$2; P=${3:-5000}
+OUT=${OUT:-/tmp/partitions-ab.txt}; : > "$OUT"
+D=${PERF_DATA_DIR:-/var/tmp/strata-partitions-ab}
+PORT=${PORT:-19092}
+idle() {
+  local prev="" cur n=0 q=0
+  while [ $n -lt 30 ] && [ $q -lt 3 ]; do
+    cur=$(awk '$3=="vda"||$3=="sda"||$3=="nvme0n1"{print $4,$8,$15}' /proc/diskstats)
+    if [ "$cur" = "$prev" ]; then q=$((q+1)); else q=0; fi
+    prev=$cur; n=$((n+1)); sleep 1
+  done
+  echo "disk idle after ${n}s" >> "$OUT"
+}
+one() { # binary label
+  rm -rf "$D"; mkdir -p "$D"
+  "$1" serve --data-dir "$D" --listen 127.0.0.1:$PORT > "/tmp/partitions-ab-$2.log" 2>&1 & local pid=$!
+  sleep 1.5
+  "$1" topic create t$P --partitions $P --bootstrap 127.0.0.1:$PORT > /dev/null 2>&1; sleep 3
+  "$1" bench produce --topic t$P --partitions $P --record-size 1024 --producers 4 --acks all \
+    --warmup 1 --duration 4 --bootstrap 127.0.0.1:$PORT > /dev/null 2>&1
+  local c0 c1 r
+  c0=$(awk '{print $14+$15}' /proc/$pid/stat)
+  r=$("$1" bench produce --topic t$P --partitions $P --record-size 1024 --producers 4 --acks all \
+    --warmup 2 --duration 10 --bootstrap 127.0.0.1:$PORT 2>&1 | head -2 | tr '\n' ' ')
+  c1=$(awk '{print $14+$15}' /proc/$pid/stat)
+  echo "$2 $(date +%T) load $(cut -d' ' -f1 /proc/loadavg) broker cpu $((c1-c0)) ticks: $r" >> "$OUT"
+  kill $pid; wait $pid; rm -rf "$D"; sync; idle
+}
+idle
+for x in A B B A A B; do if [ $x = A ]; then one "$A" A; else one "$B" B; fi; done
+cat "$OUT"
