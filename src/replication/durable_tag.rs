@@ -38,6 +38,15 @@ pub fn reported(fields: &BTreeMap<i32, Bytes>, fetch_offset: Offset) -> Offset {
     }
 }
 
+/// What a follower's durable-end report (a Fetch that asks for no bytes, sent when an fsync
+/// completes) should tell the leader about one partition: the fsynced end `synced`, never
+/// past `fetch_offset` (the log end whose records are known to be the leader's), when it is
+/// newer than what the leader last heard (`reported`, -1 for nothing); `None` otherwise.
+pub fn report_due(fetch_offset: Offset, synced: Offset, reported: Offset) -> Option<Offset> {
+    let durable = synced.min(fetch_offset);
+    (durable > reported).then_some(durable)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +98,26 @@ mod tests {
         let mut fields = BTreeMap::new();
         fields.insert(DURABLE_END_TAG, Bytes::from_static(b"abc"));
         assert_eq!(reported(&fields, Offset(55)), Offset::UNDEFINED);
+    }
+
+    /// A report goes only for a newer durable end, and never past the fetch offset: bytes
+    /// past it may be an old epoch's, not yet checked against the leader's log.
+    #[test]
+    fn report_due_is_new_and_below_the_fetch_offset() {
+        assert_eq!(
+            report_due(Offset(100), Offset(80), Offset(50)),
+            Some(Offset(80))
+        );
+        assert_eq!(report_due(Offset(100), Offset(80), Offset(80)), None);
+        assert_eq!(report_due(Offset(100), Offset(70), Offset(80)), None);
+        assert_eq!(
+            report_due(Offset(60), Offset(80), Offset(50)),
+            Some(Offset(60))
+        );
+        assert_eq!(report_due(Offset(60), Offset(80), Offset(60)), None);
+        assert_eq!(
+            report_due(Offset(10), Offset(0), Offset::UNDEFINED),
+            Some(Offset(0))
+        );
     }
 }

@@ -103,7 +103,15 @@ pub fn handle(
         let wait = Duration::from_millis(req.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
         let deadline = Instant::now() + wait;
         let max_bytes = if version >= 3 {
-            req.max_bytes.max(1) as usize
+            // A Strata follower's durable-end report asks for no bytes
+            // (`shard::replica::fetcher::report_durable`): its position is recorded and
+            // nothing is read. Kafka's followers never ask for 0; a consumer still gets at
+            // least one batch (KIP-74).
+            if replica_id >= 0 && req.max_bytes == 0 {
+                0
+            } else {
+                req.max_bytes.max(1) as usize
+            }
         } else {
             usize::MAX
         }

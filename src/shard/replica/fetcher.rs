@@ -3,7 +3,8 @@
 //! log with OffsetForLeaderEpoch, ListOffsets when there is nothing to validate against,
 //! Fetch); the answers come back to it, and its commands (truncate, append, follow the
 //! leader's log start) are carried out here.
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use crate::replication::{durable_tag, FollowerCommand, ReplicaError};
 use crate::shard::peer::PeerConnection;
 use crate::shard::ShardCtx;
 use crate::shard::TopicPartition;
+use crate::storage::notify::Notify;
 use crate::storage::{Partition, ReplicaAppendError, ReplicaAppendOutcome};
 
 /// Versions of the requests a follower sends to its leader (both ends are Strata).
@@ -212,9 +214,33 @@ pub(super) async fn run_follower_commands(
     }
 }
 
+/// What one fetcher and its durable-end reporter share.
+#[derive(Default)]
+pub(super) struct Reports {
+    /// The durable end each partition last reported to the leader, and in which leader
+    /// epoch (the leader forgets reports of older epochs), by a Fetch (beside the fetch
+    /// offset) or by the reporter: the reporter sends only what is newer.
+    by_partition: RefCell<HashMap<TopicPartition, (LeaderEpoch, i64)>>,
+    /// Notified when a Fetch goes out: fetch offsets moved, so more may become reportable.
+    fetched: Notify,
+}
+
+pub(super) type Reported = Rc<Reports>;
+
 /// One shard's fetcher for one leader: batches every partition this shard follows there
-/// into one OffsetForLeaderEpoch, ListOffsets or Fetch at a time.
+/// into one OffsetForLeaderEpoch, ListOffsets or Fetch at a time, while the durable-end
+/// reporter (`report_durable`) tells the leader of each fsync on a connection of its own.
 pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
+    let reported: Reported = Rc::default();
+    // The reporter never ends by itself: it stops when the fetch loop does.
+    futures_lite::future::or(
+        fetch_loop(ctx.clone(), leader, reported.clone()),
+        report_durable(ctx, leader, reported),
+    )
+    .await;
+}
+
+async fn fetch_loop(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
     let me = ctx.shared.config.node_id;
     let mut conn: Option<PeerConnection> = None;
     let mut security_warned: Option<std::time::Instant> = None;
@@ -282,7 +308,7 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
         {
             send_list_offsets(&ctx, c, leader, &work).await
         } else {
-            send_fetch(&ctx, c, leader, &work).await
+            send_fetch(&ctx, c, leader, &work, &reported).await
         };
         if !ok {
             conn = None;
@@ -430,6 +456,7 @@ pub(super) async fn send_fetch(
     conn: &mut PeerConnection,
     leader: NodeId,
     work: &[Pending],
+    reported: &Reported,
 ) -> bool {
     let config = &ctx.shared.config;
     let fetches: Vec<(&Pending, Offset)> = work
@@ -440,9 +467,6 @@ pub(super) async fn send_fetch(
         })
         .collect();
     let mut topics: Vec<FetchTopic> = Vec::new();
-    // Whether some partition has appended records not fsynced yet: the leader learns of
-    // their sync only from a later Fetch.
-    let mut unsynced = false;
     for (w, offset) in &fetches {
         let mut part = FetchPartition::default()
             .with_partition(w.tp.partition)
@@ -457,8 +481,9 @@ pub(super) async fn send_fetch(
         let durable = Offset(w.partition.reportable_durable_end()).min(*offset);
         if durable < *offset {
             durable_tag::put(&mut part.unknown_tagged_fields, durable);
-            unsynced = true;
         }
+        note_reported(reported, &w.tp, w.leader_epoch, durable.get());
+        reported.fetched.notify_all();
         match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
             Some(t) => t.partitions.push(part),
             None => topics.push(
@@ -468,16 +493,10 @@ pub(super) async fn send_fetch(
             ),
         }
     }
-    // A leader with nothing new holds a fetch up to max.wait.ms, and the durable end this
-    // one reports would then reach it only when the wait ends, however soon our fsync
-    // completes: the HW (and acks=all producers) would stall that long. With unsynced
-    // records the leader answers at once; an empty answer then waits for our fsync
-    // (below) before the next Fetch reports it.
-    let wait = if unsynced {
-        0
-    } else {
-        config.replica_fetch_wait_max_ms.max(0)
-    };
+    // A leader with nothing new holds this fetch up to max.wait.ms: the durable end of an
+    // fsync that completes meanwhile goes to it by the reporter (`report_durable`), so the
+    // fetch long-polls for new records whether or not ours are synced yet.
+    let wait = config.replica_fetch_wait_max_ms.max(0);
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(ctx.shared.config.node_id))
         .with_max_wait_ms(wait)
@@ -498,7 +517,6 @@ pub(super) async fn send_fetch(
     // durable end beside it: waiting for the fsync before fetching again limited each
     // follower to replica.fetch.max.bytes per partition per fsync, and fsyncs queue
     // behind the leaders' on a shared disk (perf/RESULTS-replication.md, 2026-12-02).
-    let mut got_records = false;
     for (w, offset) in &fetches {
         let (w, offset) = (*w, *offset);
         let answer = resp
@@ -524,7 +542,6 @@ pub(super) async fn send_fetch(
         // or reordered answer must not be written.
         let expected = with_expected(ctx, &w.tp, leader, w.leader_epoch);
         if !records.is_empty() && expected == Some(offset) && p.log_end_offset() == offset.get() {
-            got_records = true;
             // Batches past an offset gap (the leader's log was cleaned) are accepted once the
             // gap bound covering them is durable.
             if let Err(e) = p.prepare_replica_append(&records).await {
@@ -548,43 +565,189 @@ pub(super) async fn send_fetch(
         run_follower_commands(ctx, &w.tp, p, leader, w.leader_epoch, cmds).await;
         follow_log_start(&w.tp, p, a.log_start_offset).await;
     }
-    if !got_records {
-        await_fsyncs(ctx, &fetches).await;
-    }
     true
 }
 
-/// Nothing new came: waits (at most replica.fetch.wait.max.ms) until every partition's
-/// appended records are fsynced, so the next Fetch reports the new durable end and the
-/// leader's HW follows without waiting for the next produce. A partition whose log failed
-/// never syncs: back off rather than ask again at once.
-async fn await_fsyncs(ctx: &Rc<ShardCtx>, fetches: &[(&Pending, Offset)]) {
-    let behind: Vec<&Pending> = fetches
-        .iter()
-        .map(|(w, _)| *w)
-        .filter(|w| w.partition.reportable_durable_end() < w.partition.log_end_offset())
-        .collect();
-    if behind.is_empty() {
-        return;
-    }
-    let clock = &*ctx.shared.clock;
-    let deadline_ms =
-        clock.monotonic_ms() + ctx.shared.config.replica_fetch_wait_max_ms.max(0) as u64;
-    let syncs = futures::future::join_all(behind.iter().map(|w| {
-        let last = w.partition.log_end_offset() - 1;
-        w.partition.wait_durable(last)
-    }));
-    let mut failed = false;
-    if let Some(results) = crate::shard::until(clock, deadline_ms, syncs).await {
-        for (r, w) in results.iter().zip(&behind) {
-            if let Err(e) = r {
-                warn!(topic = %w.tp.topic, partition = w.tp.partition, "replica not durable: {e}");
-                failed = true;
-            }
+fn note_reported(reported: &Reported, tp: &TopicPartition, epoch: LeaderEpoch, durable: i64) {
+    let mut reported = reported.by_partition.borrow_mut();
+    match reported.get_mut(tp) {
+        Some((e, r)) if *e == epoch => *r = (*r).max(durable),
+        Some(r) => *r = (epoch, durable),
+        None => {
+            reported.insert(tp.clone(), (epoch, durable));
         }
     }
-    if failed {
-        glommio::timer::sleep(Duration::from_millis(FETCHER_BACKOFF_MS)).await;
+}
+
+/// What the reporter may tell the leader about one partition.
+struct Due {
+    tp: TopicPartition,
+    leader_epoch: LeaderEpoch,
+    partition: Rc<Partition>,
+    /// The fetch offset the follower's next Fetch will carry: its log end, every record below
+    /// it fetched from this leader in this epoch (validated against its log first).
+    fetch_offset: Offset,
+    /// What the leader last heard is durable (-1: nothing yet).
+    reported: i64,
+}
+
+/// The partitions this shard follows from `leader` whose next request is a Fetch: only then
+/// is the log below the fetch offset known to be the leader's (the epoch check and any
+/// truncation come first), so only then may a durable end be reported.
+fn reportable(ctx: &ShardCtx, leader: NodeId, reported: &Reported) -> Vec<Due> {
+    let reported = reported.by_partition.borrow();
+    ctx.replicas
+        .roles
+        .borrow()
+        .iter()
+        .filter_map(|(tp, r)| match r {
+            Role::Follower(f) if f.state.leader() == leader && f.partition.is_open() => {
+                let fetch_offset = f.state.expected_fetch_offset()?;
+                let leader_epoch = f.state.leader_epoch();
+                Some(Due {
+                    tp: tp.clone(),
+                    leader_epoch,
+                    partition: f.partition.clone(),
+                    fetch_offset,
+                    reported: match reported.get(tp) {
+                        Some(&(epoch, durable)) if epoch == leader_epoch => durable,
+                        _ => -1,
+                    },
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The durable-end reporter of one fetcher: as soon as an fsync of a partition followed from
+/// `leader` completes, a Fetch that asks for no bytes (max.bytes 0, max.wait.ms 0) carries
+/// the new durable end to the leader, which moves its HW (acks=all answers, consumers'
+/// long polls) at once. The fetch itself cannot carry it promptly: it is long-polling at the
+/// leader for new records, and the answer to a request on its connection must come first.
+/// Its own connection, so a report never queues behind that long poll. Like the fetch's
+/// tag, a report says only what is fsynced (Sync policy) and never past the fetch offset;
+/// the leader keeps the largest report of an epoch, so the two paths may cross.
+async fn report_durable(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
+    let me = ctx.shared.config.node_id;
+    let mut conn: Option<PeerConnection> = None;
+    let backoff = Duration::from_millis(FETCHER_BACKOFF_MS);
+    loop {
+        // Taken before looking, so a Fetch sent meanwhile is not missed.
+        let fetched = reported.fetched.listen();
+        let candidates = reportable(&ctx, leader, &reported);
+        let due: Vec<(&Due, Offset)> = candidates
+            .iter()
+            .filter_map(|d| {
+                let synced = Offset(d.partition.reportable_durable_end());
+                durable_tag::report_due(d.fetch_offset, synced, Offset(d.reported))
+                    .map(|durable| (d, durable))
+            })
+            .collect();
+        if due.is_empty() {
+            // Until some partition's fsynced end passes what was reported, below its fetch
+            // offset (so that it is then due: a wait that could resolve with nothing due
+            // would spin), or a Fetch moves fetch offsets. The bound only picks up partitions
+            // that start being fetched (their fetches report meanwhile).
+            let wait =
+                Duration::from_millis(ctx.shared.config.replica_fetch_wait_max_ms.max(1) as u64);
+            let syncs = candidates
+                .iter()
+                .filter(|d| d.reported < d.fetch_offset.get())
+                .map(|d| Box::pin(d.partition.wait_synced_beyond(d.reported)))
+                .collect::<Vec<_>>();
+            let synced = async {
+                if syncs.is_empty() {
+                    std::future::pending::<()>().await;
+                } else {
+                    futures::future::select_all(syncs).await;
+                }
+            };
+            futures_lite::future::or(
+                futures_lite::future::or(synced, fetched),
+                glommio::timer::sleep(wait),
+            )
+            .await;
+            continue;
+        }
+        drop(fetched);
+        if conn.is_none() {
+            let catalog = ctx.shared.catalog.load();
+            let Some(addr) = catalog
+                .brokers
+                .get(&leader.get())
+                .and_then(|b| ctx.shared.peer_address(b))
+            else {
+                glommio::timer::sleep(backoff).await;
+                continue;
+            };
+            match PeerConnection::connect(
+                &ctx.shared.peer_security,
+                &addr,
+                &format!("strata-replica-{me}"),
+                Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+            )
+            .await
+            {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    // The fetch loop says why at warn when it matters.
+                    debug!(%leader, "durable-end reporter cannot connect: {e}");
+                    glommio::timer::sleep(backoff).await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for (d, durable) in &due {
+            let mut part = FetchPartition::default()
+                .with_partition(d.tp.partition)
+                .with_current_leader_epoch(d.leader_epoch.get())
+                .with_fetch_offset(d.fetch_offset.get())
+                .with_log_start_offset(d.partition.log_start_offset())
+                .with_partition_max_bytes(0);
+            if *durable < d.fetch_offset {
+                durable_tag::put(&mut part.unknown_tagged_fields, *durable);
+            }
+            match topics.iter_mut().find(|t| t.topic.as_str() == d.tp.topic) {
+                Some(t) => t.partitions.push(part),
+                None => topics.push(
+                    FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(d.tp.topic.clone())))
+                        .with_partitions(vec![part]),
+                ),
+            }
+        }
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(me))
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(0)
+            .with_session_epoch(-1)
+            .with_topics(topics);
+        tracing::debug!(target: "e2e_trace", %leader, n = due.len(), "report");
+        // The answer carries nothing we act on: errors (a new leader, a fenced epoch) are
+        // the fetch loop's to handle, and it sees them on its own next answer.
+        match c
+            .call(
+                &req,
+                FETCH_VERSION,
+                Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+            )
+            .await
+        {
+            Ok(_) => {
+                for (d, durable) in &due {
+                    note_reported(&reported, &d.tp, d.leader_epoch, durable.get());
+                }
+            }
+            Err(e) => {
+                debug!(%leader, "durable-end report: {e}");
+                conn = None;
+                glommio::timer::sleep(backoff).await;
+            }
+        }
     }
 }
 

@@ -425,6 +425,7 @@ impl Partition {
         }
         self.appended.notify_all();
         self.flush_wakeup.notify_all();
+        tracing::debug!(target: "e2e_trace", dir = %self.dir.display(), end = outcome.last_offset + 1, "append");
         Ok(outcome)
     }
 
@@ -599,6 +600,7 @@ impl Partition {
             }
             self.appended.notify_all();
             self.flush_wakeup.notify_all();
+            tracing::debug!(target: "e2e_trace", dir = %self.dir.display(), end = log_end_offset, "rappend");
         }
         Ok(ReplicaAppendOutcome {
             first_offset,
@@ -639,6 +641,35 @@ impl Partition {
             self.flush_wakeup.notify_all();
             futures_lite::future::or(listener, released).await;
         }
+    }
+
+    /// Resolves once the fsynced end passes `offset` under the Sync flush policy, or the log
+    /// closes or fails; under the other policies only then (nothing is synced per append, and
+    /// a follower reports its log end in its fetches). A follower's durable-end reporter
+    /// (`shard::replica::fetcher`) waits on it, so the leader hears of an fsync as soon as it
+    /// completes.
+    pub async fn wait_synced_beyond(&self, offset: i64) {
+        loop {
+            let listener = self.progress.listen();
+            {
+                let inner = self.inner.borrow();
+                if inner.failed.is_some() || inner.closed {
+                    return;
+                }
+                if inner.config.flush_policy == FlushPolicy::Sync
+                    && inner.durable_offset.min(inner.next_offset) > offset
+                {
+                    return;
+                }
+            }
+            listener.await;
+        }
+    }
+
+    /// Whether the log may still be read and written (not closed, not poisoned).
+    pub fn is_open(&self) -> bool {
+        let inner = self.inner.borrow();
+        !inner.closed && inner.failed.is_none()
     }
 
     /// Resolves once `last_offset` is durable per the flush policy (immediately unless Sync).

@@ -318,6 +318,7 @@ impl Partition {
                 crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
+                tracing::debug!(target: "e2e_trace", dir = %self.dir.display(), end = end_offset, us = elapsed_us(started), "durable");
                 // Before any index or producer checkpoint below: recovery relies on data
                 // those cover having its epochs in the epoch checkpoint.
                 self.persist_epochs_if_dirty().await?;

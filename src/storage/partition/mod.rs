@@ -519,6 +519,7 @@ impl Partition {
             moved
         };
         if moved {
+            tracing::debug!(target: "e2e_trace", dir = %self.dir.display(), hw, "hw");
             self.progress.notify_all();
             // The flusher schedules the checkpoint write.
             self.flush_wakeup.notify_all();
