@@ -214,6 +214,30 @@ pub(super) async fn run_follower_commands(
     }
 }
 
+/// A connection to `leader` for the fetch loop or the durable-end reporter; `None` while the
+/// catalog has no inter-broker address for it (the caller backs off and asks again).
+async fn connect_to_leader(
+    ctx: &ShardCtx,
+    leader: NodeId,
+) -> Option<Result<PeerConnection, crate::shard::peer::PeerError>> {
+    // The address is copied out so the catalog snapshot is not held across the connect.
+    let addr = {
+        let catalog = ctx.shared.catalog.load();
+        let broker = catalog.brokers.get(&leader.get())?;
+        ctx.shared.peer_address(broker)?
+    };
+    let me = ctx.shared.config.node_id;
+    Some(
+        PeerConnection::connect(
+            &ctx.shared.peer_security,
+            &addr,
+            &format!("strata-replica-{me}"),
+            Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
+        )
+        .await,
+    )
+}
+
 /// What one fetcher and its durable-end reporter share.
 #[derive(Default)]
 pub(super) struct Reports {
@@ -241,7 +265,6 @@ pub(super) async fn fetcher(ctx: Rc<ShardCtx>, leader: NodeId) {
 }
 
 async fn fetch_loop(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
-    let me = ctx.shared.config.node_id;
     let mut conn: Option<PeerConnection> = None;
     let mut security_warned: Option<std::time::Instant> = None;
     let backoff = Duration::from_millis(FETCHER_BACKOFF_MS);
@@ -257,28 +280,16 @@ async fn fetch_loop(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
             continue;
         }
         if conn.is_none() {
-            let catalog = ctx.shared.catalog.load();
-            let Some(addr) = catalog
-                .brokers
-                .get(&leader.get())
-                .and_then(|b| ctx.shared.peer_address(b))
-            else {
-                glommio::timer::sleep(backoff).await;
-                continue;
-            };
-            match PeerConnection::connect(
-                &ctx.shared.peer_security,
-                &addr,
-                &format!("strata-replica-{me}"),
-                Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
-            )
-            .await
-            {
-                Ok(c) => conn = Some(c),
+            match connect_to_leader(&ctx, leader).await {
+                None => {
+                    glommio::timer::sleep(backoff).await;
+                    continue;
+                }
+                Some(Ok(c)) => conn = Some(c),
                 // Certificates or credentials that do not work are the operator's to
                 // mend: said at warn, once per `PEER_SECURITY_WARN_INTERVAL_MS` per
                 // fetcher (a retry comes every backoff); the network's failures at debug.
-                Err(e) if e.is_security() => {
+                Some(Err(e)) if e.is_security() => {
                     let due = security_warned.is_none_or(|at: std::time::Instant| {
                         at.elapsed() >= Duration::from_millis(PEER_SECURITY_WARN_INTERVAL_MS)
                     });
@@ -289,7 +300,7 @@ async fn fetch_loop(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
                     glommio::timer::sleep(backoff).await;
                     continue;
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     debug!(%leader, "replica fetcher cannot connect: {e}");
                     glommio::timer::sleep(backoff).await;
                     continue;
@@ -672,25 +683,13 @@ async fn report_durable(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
         }
         drop(fetched);
         if conn.is_none() {
-            let catalog = ctx.shared.catalog.load();
-            let Some(addr) = catalog
-                .brokers
-                .get(&leader.get())
-                .and_then(|b| ctx.shared.peer_address(b))
-            else {
-                glommio::timer::sleep(backoff).await;
-                continue;
-            };
-            match PeerConnection::connect(
-                &ctx.shared.peer_security,
-                &addr,
-                &format!("strata-replica-{me}"),
-                Duration::from_millis(PEER_REQUEST_TIMEOUT_MS),
-            )
-            .await
-            {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
+            match connect_to_leader(&ctx, leader).await {
+                None => {
+                    glommio::timer::sleep(backoff).await;
+                    continue;
+                }
+                Some(Ok(c)) => conn = Some(c),
+                Some(Err(e)) => {
                     // The fetch loop says why at warn when it matters.
                     debug!(%leader, "durable-end reporter cannot connect: {e}");
                     glommio::timer::sleep(backoff).await;
