@@ -335,6 +335,55 @@ async fn fetch_loop(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
     }
 }
 
+/// A replica request's per-topic entry (Fetch, OffsetForLeaderEpoch): the fetcher batches
+/// every partition it follows from one leader into one request, and the protocol wants each
+/// topic once with its partitions beneath it.
+trait TopicEntry: Default {
+    type Partition;
+    fn name(&self) -> &str;
+    fn named(topic: &str, first: Self::Partition) -> Self;
+    fn push(&mut self, part: Self::Partition);
+}
+
+impl TopicEntry for FetchTopic {
+    type Partition = FetchPartition;
+    fn name(&self) -> &str {
+        self.topic.as_str()
+    }
+    fn named(topic: &str, first: FetchPartition) -> Self {
+        FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![first])
+    }
+    fn push(&mut self, part: FetchPartition) {
+        self.partitions.push(part);
+    }
+}
+
+impl TopicEntry for OffsetForLeaderTopic {
+    type Partition = OffsetForLeaderPartition;
+    fn name(&self) -> &str {
+        self.topic.as_str()
+    }
+    fn named(topic: &str, first: OffsetForLeaderPartition) -> Self {
+        OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![first])
+    }
+    fn push(&mut self, part: OffsetForLeaderPartition) {
+        self.partitions.push(part);
+    }
+}
+
+/// Adds `part` under `topic`'s entry, creating the entry (in first-seen order) if needed.
+/// Linear in the topics already in the request, as the loops this replaced were.
+fn push_under_topic<T: TopicEntry>(topics: &mut Vec<T>, topic: &str, part: T::Partition) {
+    match topics.iter_mut().find(|t| t.name() == topic) {
+        Some(t) => t.push(part),
+        None => topics.push(T::named(topic, part)),
+    }
+}
+
 pub(super) async fn send_epoch_requests(
     ctx: &Rc<ShardCtx>,
     conn: &mut PeerConnection,
@@ -354,14 +403,7 @@ pub(super) async fn send_epoch_requests(
             .with_partition(w.tp.partition)
             .with_current_leader_epoch(w.leader_epoch.get())
             .with_leader_epoch(epoch.get());
-        match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
-            Some(t) => t.partitions.push(part),
-            None => topics.push(
-                OffsetForLeaderTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
-                    .with_partitions(vec![part]),
-            ),
-        }
+        push_under_topic(&mut topics, &w.tp.topic, part);
     }
     let req = OffsetForLeaderEpochRequest::default()
         .with_replica_id(BrokerId(ctx.shared.config.node_id))
@@ -495,14 +537,7 @@ pub(super) async fn send_fetch(
         }
         note_reported(reported, &w.tp, w.leader_epoch, durable.get());
         reported.fetched.notify_all();
-        match topics.iter_mut().find(|t| t.topic.as_str() == w.tp.topic) {
-            Some(t) => t.partitions.push(part),
-            None => topics.push(
-                FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
-                    .with_partitions(vec![part]),
-            ),
-        }
+        push_under_topic(&mut topics, &w.tp.topic, part);
     }
     // A leader with nothing new holds this fetch up to max.wait.ms: the durable end of an
     // fsync that completes meanwhile goes to it by the reporter (`report_durable`), so the
@@ -709,14 +744,7 @@ async fn report_durable(ctx: Rc<ShardCtx>, leader: NodeId, reported: Reported) {
             if *durable < d.fetch_offset {
                 durable_tag::put(&mut part.unknown_tagged_fields, *durable);
             }
-            match topics.iter_mut().find(|t| t.topic.as_str() == d.tp.topic) {
-                Some(t) => t.partitions.push(part),
-                None => topics.push(
-                    FetchTopic::default()
-                        .with_topic(TopicName(StrBytes::from_string(d.tp.topic.clone())))
-                        .with_partitions(vec![part]),
-                ),
-            }
+            push_under_topic(&mut topics, &d.tp.topic, part);
         }
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(me))
