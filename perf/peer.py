@@ -19,8 +19,9 @@ Broker CPU is read from /proc (utime + stime of the broker process) around each 
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
        (also `perf/run.sh --peer kafka [same options]`)
 Needs: target/release/strata (or STRATA_BIN), tests/kafka/lib (tests/fetch-jars.sh kafka),
-fio (installed from Debian's packages if missing), root for dropping the page cache before
-the cold-read figure.
+fio (installed from Debian's packages if missing), util-linux `fincore` (to show the page
+cache was emptied before the cold-read figure). `--figures TEXT` runs only the figures whose
+title contains TEXT.
 """
 
 from __future__ import annotations
@@ -102,11 +103,14 @@ class Strata:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=60)
 
-    def make_cold(self) -> None:
+    def make_cold(self) -> dict:
         """Nothing of the log in memory: Strata reads with O_DIRECT, so only its tail cache
-        holds data, and a restart empties it."""
+        holds data, and a restart empties it. The page cache is emptied as for Kafka all the
+        same, so the two are treated alike (it holds only small state files here)."""
         self.stop()
+        cache = evict_page_cache(self.workdir / "data")
         self.start()
+        return cache
 
 
 class Kafka:
@@ -129,17 +133,48 @@ class Kafka:
     def stop(self) -> None:
         self.ref.stop()
 
-    def make_cold(self) -> None:
-        """Kafka's data cache is the page cache: drop it (root only)."""
-        drop_page_cache()
+    def make_cold(self) -> dict:
+        """Kafka's data cache is the page cache. Restart it (as Strata is restarted) and, while
+        it is down, evict its log files' pages: the read after it then comes from the disk."""
+        self.stop()
+        cache = evict_page_cache(self.ref.data_dir)
+        self.start()
+        return cache
 
 
-def drop_page_cache() -> None:
-    subprocess.run(["sync"], check=False)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError as e:
-        log(f"cannot drop the page cache ({e}): the cold-read figure for Kafka is warm")
+def resident_bytes(files: list[Path]) -> int:
+    """Bytes of `files` in the page cache now (util-linux `fincore`, which asks mincore(2))."""
+    total = 0
+    for i in range(0, len(files), 200):
+        r = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES",
+                            *map(str, files[i:i + 200])], capture_output=True, text=True)
+        total += sum(int(x) for x in r.stdout.split() if x.isdigit())
+    return total
+
+
+def evict_page_cache(data_dir: Path) -> dict:
+    """Drops every cached page of the files under `data_dir`. `/proc/sys/vm/drop_caches` is
+    refused in this VM, but POSIX_FADV_DONTNEED on a file whose dirty pages were written back
+    (fsync first) drops its clean pages for any process that can open it, so this works
+    without that privilege and touches only the broker being measured. Returns the resident
+    bytes before and after, which the report shows: a cold figure read from memory would
+    otherwise look like a fast disk."""
+    files = [p for p in data_dir.rglob("*") if p.is_file()]
+    before = resident_bytes(files)
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue  # removed meanwhile (a deleted segment): nothing of it to read back
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    after = resident_bytes(files)
+    log(f"page cache of {data_dir}: {before / 1e6:,.1f} MB resident before eviction, "
+        f"{after / 1e6:,.1f} MB after")
+    return {"cache_resident_before_bytes": before, "cache_resident_after_bytes": after}
 
 
 def strata_bench(broker, label: str, args: list[str], commands: list[str]) -> dict:
@@ -280,10 +315,11 @@ def fig_cold_read(broker, rnd, ctx) -> dict:
         "--acks", "1", "--records", str(records)], ctx["commands"])
     if fill.get("failed"):
         return fill
-    broker.make_cold()
+    cache = broker.make_cold()
     r = strata_bench(broker, f"{broker.name} cold read", [
         "consume", "--topic", topic, "--consumers", "2", "--from", "earliest", "--records", str(records)],
         ctx["commands"])
+    r.update(cache)
     delete_topic(broker, topic)
     return r
 
@@ -298,7 +334,7 @@ FIGURES = [
     ("open loop acks=all at half Strata's closed-loop rate: p99", "p99_ms", "ms", fig_open_loop),
     ("end to end, Kafka's EndToEndLatency (1 record at a time, acks=all): p99", "p99_ms", "ms",
      fig_java_e2e),
-    ("consume from disk after caches emptied, 2 partitions", "mb_per_sec", "MB/s", fig_cold_read),
+    ("consume cold from disk (after a restart, page cache emptied), 2 partitions", "mb_per_sec", "MB/s", fig_cold_read),
 ]
 
 
@@ -354,6 +390,8 @@ def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: 
     head = "| figure | " + " | ".join(brokers) + " | strata / kafka | strata / kafka-flush1 |"
     lines += [head, "|" + "---|" * (len(brokers) + 3)]
     for title, key, unit, _ in FIGURES:
+        if title not in results:
+            continue  # left out with --figures
         med = {}
         for b in brokers:
             vals = [v for v in (value_of(r, key) for r in results[title][b]) if v is not None]
@@ -366,7 +404,7 @@ def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: 
             return f"{med['strata'] / med[peer]:.2f}x"
         lines.append(f"| {title} ({unit}) | " + " | ".join(cells) + f" | {ratio('kafka')} | {ratio('kafka-flush1')} |")
     cpu_rows = []
-    for title, _, _, _ in FIGURES:
+    for title in results:
         vals = {b: [r.get("broker_cpu_s_per_gb") for r in results[title][b] if r.get("broker_cpu_s_per_gb")]
                 for b in brokers}
         if any(vals.values()):
@@ -376,7 +414,7 @@ def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: 
     lines.append("")
     achieved = []
     for b in brokers:
-        runs = [r for r in results[FIGURES[3][0]][b] if not r.get("failed")]
+        runs = [r for r in results.get(FIGURES[3][0], {}).get(b, []) if not r.get("failed")]
         if runs:
             achieved.append(f"{b} {statistics.median(r['records_per_sec'] for r in runs):,.0f}")
     offered = ctx.get("open_loop_rate")
@@ -384,6 +422,14 @@ def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: 
         lines.append(f"Open loop: offered {offered:,} records/s (last round); achieved (median) "
                      + ", ".join(achieved) + " records/s: a broker below the offered rate was "
                      "saturated, and its p99 is a queue, not a service time.")
+        lines.append("")
+    cold = [(b, r) for t in results for b in brokers for r in results[t][b]
+            if "cache_resident_after_bytes" in r]
+    if cold:
+        lines.append("Page cache of each broker's data before the cold reads (evicted with "
+                     "POSIX_FADV_DONTNEED while it was down; MB resident before -> after): "
+                     + ", ".join(f"{b} round {r['round'] + 1} {r['cache_resident_before_bytes'] / 1e6:,.0f}"
+                                 f" -> {r['cache_resident_after_bytes'] / 1e6:,.1f}" for b, r in cold) + ".")
         lines.append("")
     errors = {b: sum(r.get("errors", 0) or 0 for t in results for r in results[t][b]) for b in brokers}
     failed = {b: sum(1 for t in results for r in results[t][b] if r.get("failed")) for b in brokers}
@@ -401,7 +447,12 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "perf" / "out-peer")
     p.add_argument("--quick", action="store_true", help="small runs, to check the harness")
     p.add_argument("--no-limits", action="store_true")
+    p.add_argument("--figures", default="",
+                   help="run only the figures whose title contains this text (e.g. 'cold')")
     args = p.parse_args()
+    figures = [f for f in FIGURES if args.figures.lower() in f[0].lower()]
+    if not figures:
+        p.error(f"no figure title contains {args.figures!r}")
     ctx = {"seconds": args.seconds, "rounds": args.rounds, "commands": [],
            "java_records": 300_000 if args.quick else 2_000_000,
            "e2e_records": 1_000 if args.quick else 10_000,
@@ -419,14 +470,14 @@ def main() -> int:
     brokers = [Strata(args.data_dir / "strata"),
                Kafka("kafka", args.data_dir / "kafka", {}),
                Kafka("kafka-flush1", args.data_dir / "kafka-flush1", {"log.flush.interval.messages": "1"})]
-    results = {title: {b.name: [] for b in brokers} for title, *_ in FIGURES}
+    results = {title: {b.name: [] for b in brokers} for title, *_ in figures}
     raw = open(args.out / "results.jsonl", "w")
     try:
         for b in brokers:
             log(f"starting {b.name}")
             b.start()
         for rnd in range(args.rounds):
-            for title, key, unit, fig in FIGURES:
+            for title, key, unit, fig in figures:
                 for b in brokers:
                     log(f"round {rnd + 1}: {b.name}: {title}")
                     try:
