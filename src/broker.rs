@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::LocalExecutorBuilder;
 use thiserror::Error;
 use tracing::{error, info, warn};
 
@@ -40,6 +40,8 @@ pub enum StartError {
     Tls { message: String },
     #[error("OAUTHBEARER settings: {message}")]
     OAuth { message: String },
+    #[error(transparent)]
+    CpuSet(#[from] crate::shard::cpus::CpuSetError),
     #[error("cannot start shard {shard}: {message}")]
     Executor { shard: usize, message: String },
 }
@@ -101,16 +103,19 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     if let Err(e) = crate::storage::partition_dir::remove_deleted_dirs(&config.data_dir) {
         warn!("cannot look for deleted logs to remove: {e}");
     }
-    let nr_shards = if config.shards == 0 {
+    // Where the shards run, decided before anything starts so that a cpuset outside the
+    // process's CPUs fails the start with nothing to undo.
+    let cpu_plan = crate::shard::cpus::plan(
+        config.shards,
+        config.cpuset_cpus()?.as_deref(),
+        config.pin_shards,
+        &crate::shard::cpus::process_affinity()?,
         std::thread::available_parallelism()
             .map(|n| n.get())
-            .unwrap_or(1)
-    } else {
-        config.shards
-    };
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+            .unwrap_or(1),
+    )?;
+    let nr_shards = cpu_plan.nr_shards;
+    info!(shards = nr_shards, placement = %cpu_plan.describe(), "shard placement");
     let roles = config.roles().map_err(|message| {
         StartError::Cluster(crate::cluster::quorum::QuorumError::Config(message))
     })?;
@@ -212,8 +217,11 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);
         let ready_tx = ready_tx.clone();
         stops.push(stop_tx);
-        let mut executor = LocalExecutorBuilder::new(Placement::Fixed(shard % cpus))
-            .name(&format!("strata-shard-{shard}"));
+        let placement = cpu_plan
+            .executor_placement(shard)
+            .map_err(|message| StartError::Executor { shard, message })?;
+        let mut executor =
+            LocalExecutorBuilder::new(placement).name(&format!("strata-shard-{shard}"));
         let stall_ms = shared.config.reactor_stall_threshold_ms;
         if stall_ms > 0 {
             executor = executor.detect_stalls(Some(Box::new(StallThreshold(

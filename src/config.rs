@@ -17,6 +17,8 @@ use crate::security::tls_reload::{Look, ReloadingTls};
 use crate::security::{ListenerSettings, Listeners};
 use crate::storage::{CleanupPolicy, CompressionType, FlushPolicy, LogConfig, TimestampType};
 
+pub mod cpu_list;
+
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -72,8 +74,22 @@ pub struct Config {
     pub ssl_principal_mapping_rules: String,
     /// Where partitions and metadata live.
     pub data_dir: PathBuf,
-    /// Number of shards (one executor pinned per core); 0 means every available core.
+    /// Number of shards (one executor each); 0 means one per CPU of `cpuset` (by default the
+    /// CPUs the process may run on), capped by the cgroup CPU quota.
     pub shards: usize,
+    /// The CPUs the shards run on, as a Linux CPU list (`0-3,6`, as `taskset -c` and
+    /// Redpanda's `--cpuset` write it); empty means every CPU of the process's affinity mask
+    /// (`taskset`, a container's cpuset). Every CPU named must be in that mask: a shard pinned
+    /// outside it would not run where the operator confined the process.
+    pub cpuset: String,
+    /// Pin each shard to one CPU of `cpuset`, round-robin (shard i on its i-th CPU), the
+    /// thread-per-core default: a shard keeps its core's caches and never migrates. `false`
+    /// leaves the shards to the kernel's scheduler, within `cpuset` if set: for several
+    /// brokers sharing a host, or a VM with noisy neighbours, where a pinned shard waits for
+    /// its one core while another sits idle. Redpanda calls its switch `overprovisioned`, but
+    /// that one also turns off busy polling; Strata's executors never busy-poll, so pinning is
+    /// all this switches, and the name says so.
+    pub pin_shards: bool,
     /// This broker's node id.
     pub node_id: i32,
     /// Cluster id reported in Metadata and DescribeCluster; generated and persisted if empty.
@@ -355,6 +371,8 @@ impl Default for Config {
             ssl_principal_mapping_rules: "DEFAULT".into(),
             data_dir: PathBuf::from("./data"),
             shards: 0,
+            cpuset: String::new(),
+            pin_shards: true,
             node_id: 0,
             cluster_id: String::new(),
             auto_create_topics_enable: true,
@@ -490,6 +508,8 @@ pub struct Overrides {
     pub inter_broker_listener_name: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub shards: Option<usize>,
+    pub cpuset: Option<String>,
+    pub pin_shards: Option<bool>,
     pub node_id: Option<i32>,
     pub process_roles: Option<String>,
     pub controller_listen: Option<String>,
@@ -559,6 +579,9 @@ impl Config {
         if let Some(v) = flags.shards {
             config.shards = v;
         }
+        if let Some(v) = flags.pin_shards {
+            config.pin_shards = v;
+        }
         if let Some(v) = flags.node_id {
             config.node_id = v;
         }
@@ -580,6 +603,7 @@ impl Config {
             (&mut config.controller_listen, &flags.controller_listen),
             (&mut config.controller_voters, &flags.controller_voters),
             (&mut config.rack, &flags.rack),
+            (&mut config.cpuset, &flags.cpuset),
             (&mut config.metrics_listen, &flags.metrics_listen),
         ] {
             if let Some(v) = flag {
@@ -588,6 +612,20 @@ impl Config {
         }
         config.validate()?;
         Ok(config)
+    }
+
+    /// The CPUs `cpuset` names, sorted; `None` when it is empty (every CPU of the process's
+    /// affinity mask).
+    pub fn cpuset_cpus(&self) -> Result<Option<Vec<usize>>, ConfigError> {
+        if self.cpuset.trim().is_empty() {
+            return Ok(None);
+        }
+        cpu_list::parse(&self.cpuset)
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid {
+                key: "cpuset".into(),
+                message: format!("{:?}: {e}", self.cpuset),
+            })
     }
 
     /// The group coordinator's settings.
@@ -683,6 +721,9 @@ impl Config {
         if self.num_partitions < 1 {
             return Err(invalid("num_partitions", "must be at least 1".into()));
         }
+        // The list's form here; whether its CPUs are ones the process may use is known only
+        // on the machine that starts the broker (`shard::cpus::plan`).
+        self.cpuset_cpus()?;
         if self.socket_request_max_bytes < 1024 {
             return Err(invalid(
                 "socket_request_max_bytes",
@@ -1898,6 +1939,36 @@ mod tests {
         let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "x".to_string())];
         let err = Config::load(None, env.into_iter(), &Overrides::default());
         assert!(matches!(err, Err(ConfigError::Env { .. })));
+    }
+
+    /// `cpuset` and `pin_shards` come from `STRATA_*` and flags like the others; a malformed
+    /// CPU list is refused at load with the setting named (whether its CPUs are usable is
+    /// checked at start, `shard::cpus`).
+    #[test]
+    fn cpuset_and_pin_shards_settings() {
+        let c = Config::load(None, std::iter::empty(), &Overrides::default()).expect("load");
+        assert_eq!((c.cpuset_cpus().expect("cpus"), c.pin_shards), (None, true));
+        let env = [("STRATA_CPUSET", "0-2,6"), ("STRATA_PIN_SHARDS", "false")]
+            .map(|(k, v)| (k.to_string(), v.to_string()));
+        let c = Config::load(None, env.into_iter(), &Overrides::default()).expect("load");
+        assert_eq!(c.cpuset_cpus().expect("cpus"), Some(vec![0, 1, 2, 6]));
+        assert!(!c.pin_shards);
+        let flags = Overrides {
+            cpuset: Some("3".into()),
+            pin_shards: Some(false),
+            ..Default::default()
+        };
+        let env = [("STRATA_CPUSET", "0-2")].map(|(k, v)| (k.to_string(), v.to_string()));
+        let c = Config::load(None, env.into_iter(), &flags).expect("load");
+        assert_eq!(c.cpuset_cpus().expect("cpus"), Some(vec![3]));
+        assert!(!c.pin_shards);
+        for bad in ["0-", "2-1", "x", "1,,2", "4096"] {
+            let env = [("STRATA_CPUSET", bad)].map(|(k, v)| (k.to_string(), v.to_string()));
+            match Config::load(None, env.into_iter(), &Overrides::default()) {
+                Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "cpuset", "{bad}"),
+                other => panic!("{bad:?}: expected the cpuset refused, got {other:?}"),
+            }
+        }
     }
 
     /// Kafka's listener settings come from the file, `STRATA_*` and flags like the others;

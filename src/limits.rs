@@ -332,3 +332,11 @@ pub const CLEANER_RELEASE_FOREGROUND_WAIT_MS: u64 = 50;
 /// How often the releaser looks again at a replaced segment file that a reader (or the
 /// pass itself) still holds: it is shrunk only once the cleaner holds the last handle.
 pub const CLEANER_RELEASE_HELD_RECHECK_MS: u64 = 10;
+
+// ---- where the shards run (`shard::cpus`, the `cpuset` setting) ----
+
+/// Largest CPU number a `cpuset` may name, and the last CPU the process's affinity mask is
+/// read up to: glibc's `cpu_set_t` (what `sched_getaffinity` fills and glommio pins with)
+/// holds CPUs 0-1023. Also bounds the CPU-list parser, so a range like `0-4000000000` is
+/// refused instead of becoming a four-billion-entry list.
+pub const CPU_NUMBER_MAX: usize = 1023;

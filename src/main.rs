@@ -80,9 +80,16 @@ struct ServeArgs {
     /// Directory for partitions and metadata [default: ./data]
     #[arg(long, value_name = "PATH")]
     data_dir: Option<PathBuf>,
-    /// Shards (executors pinned to cores) [default: available cores]
+    /// Shards (one executor each) [default: one per CPU of the cpuset]
     #[arg(long, value_name = "N")]
     shards: Option<usize>,
+    /// CPUs the shards run on, e.g. 0-3,6 [default: the CPUs this process may run on]
+    #[arg(long, value_name = "CPU-LIST")]
+    cpuset: Option<String>,
+    /// Leave the shards to the kernel's scheduler instead of pinning each to one CPU (several
+    /// brokers on one host, noisy neighbours)
+    #[arg(long)]
+    no_pin_shards: bool,
     /// This broker's node id [default: 0]
     #[arg(long, value_name = "ID")]
     node_id: Option<i32>,
@@ -148,6 +155,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         inter_broker_listener_name: args.inter_broker_listener_name,
         data_dir: args.data_dir,
         shards: args.shards,
+        cpuset: args.cpuset,
+        pin_shards: args.no_pin_shards.then_some(false),
         node_id: args.node_id,
         process_roles: args.process_roles,
         controller_listen: args.controller_listen,

@@ -7,6 +7,7 @@
 //! invariant the asserts protect: a shard only ever opens and serves partitions the catalog
 //! places on it.
 pub mod cleaner;
+pub mod cpus;
 pub mod groups;
 pub mod internal_topic;
 pub mod mesh;
