@@ -6,12 +6,18 @@
 # report to perf/RESULTS-replication.md. All figures of one report come from one run.
 #
 # Usage (from anywhere; paths are relative to the repo): perf/replication.sh
-#     [--seconds N] [--warmup N] [--rate N] [--data-dir DIR] [--no-limits] [--report-only]
+#     [--seconds N] [--warmup N] [--rate N] [--data-dir DIR] [--placement MODE] [--no-limits]
+#     [--report-only]
 #   --seconds N    measured seconds per run (default 15)
 #   --warmup N     warm-up seconds per run (default 3)
 #   --rate N       records/s of the fixed-rate e2e runs (default 25000, i.e. ~26 MB/s)
 #   --data-dir DIR brokers' data and the fio test file (a real disk, not tmpfs)
 #                  [default: $PERF_DATA_DIR or /var/tmp/strata-replication]
+#   --placement MODE where the brokers' shards run (all brokers share this machine):
+#                  unpinned (default) `--no-pin-shards`, the kernel spreads brokers and load
+#                  generator over every core; spread: broker n pinned to the ((n-1) mod
+#                  <CPUs>)-th allowed CPU (`--cpuset`); default: no flag, every `--shards 1`
+#                  broker pinned to the first allowed CPU (the whole cluster on one core)
 #   --no-limits    skip the fio/iperf3 limit measurements
 #   --report-only  only rewrite the report from perf/out-replication/ (keeps the hand-written
 #                  "## Analysis" section at the end of the report, as every run does)
@@ -26,7 +32,7 @@ DATA_DIR="${PERF_DATA_DIR:-/var/tmp/strata-replication}"
 LOG_DIR="${REPL_LOG_DIR:-/var/tmp/strata-replication-logs}"
 OUT="$ROOT/perf/out-replication"
 REPORT="$ROOT/perf/RESULTS-replication.md"
-SECONDS_PER_RUN=15; WARMUP=3; E2E_RATE=25000; LIMITS=1; REPORT_ONLY=0
+SECONDS_PER_RUN=15; WARMUP=3; E2E_RATE=25000; LIMITS=1; REPORT_ONLY=0; PLACEMENT=unpinned
 PARTS=8; PRODUCERS=8; SIZE=1024
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -34,14 +40,17 @@ while [[ $# -gt 0 ]]; do
     --warmup) WARMUP="$2"; shift ;;
     --rate) E2E_RATE="$2"; shift ;;
     --data-dir) DATA_DIR="$2"; shift ;;
+    --placement) PLACEMENT="$2"; shift ;;
     --no-limits) LIMITS=0 ;;
     --report-only) REPORT_ONLY=1 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 
+case $PLACEMENT in unpinned|spread|default) ;;
+  *) echo "unknown --placement $PLACEMENT (unpinned, spread, default)" >&2; exit 2 ;; esac
 T_START=$(date +%s)
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 [[ -x "$BIN" ]] || { echo "error: $BIN not found; build it with cargo build --release" >&2; exit 1; }
@@ -60,7 +69,8 @@ rm -f "$LOG_DIR"/*.log
 { echo "start $(date -u '+%Y-%m-%d %H:%M:%S UTC')"; echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "binary $("$BIN" --version 2>/dev/null | head -1), built $(date -u -r "$BIN" '+%Y-%m-%d %H:%M UTC')"
   echo "commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "params $E2E_RATE $SECONDS_PER_RUN $WARMUP $PARTS $PRODUCERS"; } >> "$NOTES"
+  echo "params $E2E_RATE $SECONDS_PER_RUN $WARMUP $PARTS $PRODUCERS"
+  echo "placement $PLACEMENT"; } >> "$NOTES"
 fi
 note() { echo "$*" >> "$NOTES"; log "$*"; }
 rec() { echo "$*" | sed "s#$ROOT/##g" >> "$COMMANDS"; }  # exact command, repo-relative
@@ -138,6 +148,14 @@ C1=127.0.0.1:$((BASE+11)); C2=127.0.0.1:$((BASE+12)); C3=127.0.0.1:$((BASE+13))
 CLUSTER=$K1,$K2,$K3
 VOTERS=1@$C1,2@$C2,3@$C3
 
+placement_args() { # node number (1-3; 1 for the single node) -> flags placing that broker
+  case $PLACEMENT in
+    unpinned) echo --no-pin-shards ;;
+    spread) echo --cpuset "$(python3 -c 'import os, sys; c = sorted(os.sched_getaffinity(0)); print(c[(int(sys.argv[1]) - 1) % len(c)])' "$1")" ;;
+    default) ;;
+    *) echo "unknown --placement $PLACEMENT (unpinned, spread, default)" >&2; exit 2 ;;
+  esac
+}
 start() { # log name, then `strata serve` arguments; appends the pid to PIDS
   local name=$1; shift
   rec "$BIN" serve "$@"
@@ -315,7 +333,7 @@ lim = load(os.path.join(out, "limits.json"), {}) or {}
 rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip().startswith("{")]
 by = {r["label"]: r for r in rows}
 notes = dict(l.rstrip("\n").split(" ", 1) for l in open(os.path.join(out, "notes.txt")) if " " in l)
-KEYS = ("start", "loadavg", "runtime_s", "binary", "commit", "params")
+KEYS = ("start", "loadavg", "runtime_s", "binary", "commit", "params", "placement")
 extra_notes = [l.rstrip("\n") for l in open(os.path.join(out, "notes.txt")) if l.split(" ", 1)[0] not in KEYS]
 commit = notes.get("commit", "?")
 rate, secs, warm, parts, prods = notes.get("params", "? ? ? ? ?").split()
@@ -335,7 +353,9 @@ p(f"Machine: {os.cpu_count()} CPUs ({cpu}), {mem} GiB RAM, kernel {platform.rele
   f"{notes.get('loadavg', '?')}. **Every broker process and the load generator share these {os.cpu_count()} cores** "
   "(the cluster is 3 real processes on one machine, talking over loopback, writing to one disk).")
 p(f"Each run: 1 KiB records (values), {parts} partitions, {prods} producer connections, closed loop (as fast as "
-  f"acks allow) unless a rate is given, {warm} s warm-up + {secs} s measured. Every broker runs with `--shards 1`. "
+  f"acks allow) unless a rate is given, {warm} s warm-up + {secs} s measured. Every broker runs with `--shards 1`, "
+  f"placement `{notes.get('placement', 'default')}` (`--placement`: unpinned = `--no-pin-shards`, spread = "
+  "`--cpuset` one CPU per broker in turn, default = all pinned to the first CPU). "
   "Topics are pre-created and every partition's ISR is full before the load starts; each case uses its own topic, "
   "deleted after the run. Ratios compare figures of this one run.")
 p("")
@@ -595,7 +615,7 @@ if [[ $LIMITS == 1 ]]; then measure_limits; else echo '{}' > "$OUT/limits.json";
 
 log "single node on $SINGLE"
 rm -rf "$DATA_DIR/single"
-start single --listen $SINGLE --data-dir "$DATA_DIR/single" --shards 1
+start single --listen $SINGLE --data-dir "$DATA_DIR/single" --shards 1 $(placement_args 1)
 wait_brokers $SINGLE 1
 create $SINGLE r-single-rf1 1
 produce single-rf1-acksall single $SINGLE r-single-rf1 1 all
@@ -607,7 +627,7 @@ rm -rf "$DATA_DIR/cluster"
 for n in 1 2 3; do
   k=K$n; c=C$n
   start n$n --node-id $n --listen ${!k} --advertised-listener ${!k} --controller-listen ${!c} \
-    --controller-voters $VOTERS --data-dir "$DATA_DIR/cluster/n$n" --shards 1
+    --controller-voters $VOTERS --data-dir "$DATA_DIR/cluster/n$n" --shards 1 $(placement_args $n)
 done
 wait_brokers $K1 3
 "$BIN" cluster status --bootstrap $CLUSTER > "$OUT/cluster-status-start.txt" 2>&1 || true
