@@ -306,21 +306,55 @@ def fig_java_e2e(broker, rnd, ctx) -> dict:
                            "p99": float(pct.group(2)), "p999": float(pct.group(3))}}
 
 
-def fig_cold_read(broker, rnd, ctx) -> dict:
-    """Consume 2 partitions from disk after the broker's caches were emptied."""
-    topic = f"cold-{rnd}"
-    records = ctx["cold_records"]
+def fill_and_make_cold(broker, topic: str, ctx) -> dict:
+    """Writes the cold-read figures' data (2 partitions of 1 KiB records, strata bench) and
+    empties the broker's caches; returns the failed fill, or the page-cache residency."""
     fill = strata_bench(broker, f"{broker.name} fill", [
         "produce", "--topic", topic, "--partitions", "2", "--record-size", "1024", "--producers", "4",
-        "--acks", "1", "--records", str(records)], ctx["commands"])
+        "--acks", "1", "--records", str(ctx["cold_records"])], ctx["commands"])
     if fill.get("failed"):
         return fill
-    cache = broker.make_cold()
+    return broker.make_cold()
+
+
+def fig_cold_read(broker, rnd, ctx) -> dict:
+    """Consume 2 partitions from disk after the broker's caches were emptied (strata bench)."""
+    topic = f"cold-{rnd}"
+    cache = fill_and_make_cold(broker, topic, ctx)
+    if cache.get("failed"):
+        return cache
     r = strata_bench(broker, f"{broker.name} cold read", [
-        "consume", "--topic", topic, "--consumers", "2", "--from", "earliest", "--records", str(records)],
-        ctx["commands"])
+        "consume", "--topic", topic, "--consumers", "2", "--from", "earliest",
+        "--records", str(ctx["cold_records"])], ctx["commands"])
     r.update(cache)
     delete_topic(broker, topic)
+    return r
+
+
+def fig_cold_read_java(broker, rnd, ctx) -> dict:
+    """The same cold read through Kafka's ConsumerPerformance (the Java consumer, one
+    consumer in a group), so the figure does not rest on our client alone."""
+    topic = f"coldj-{rnd}"
+    cache = fill_and_make_cold(broker, topic, ctx)
+    if cache.get("failed"):
+        return cache
+    records = ctx["cold_records"]
+    out = java_tool(["org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", broker.bootstrap,
+                     "--topic", topic, "--messages", str(records), "--timeout", "60000",
+                     "--group", f"coldj-{broker.name}-{rnd}"], ctx["commands"])
+    delete_topic(broker, topic)
+    # One CSV line after the header: start, end, MB, MB.sec, nMsg, nMsg.sec, rebalance.time.ms,
+    # fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec. The fetch.* rates leave out the group join.
+    rows = [line.split(",") for line in out.splitlines() if line.count(",") >= 9 and line[:1].isdigit()]
+    if not rows:
+        return {"failed": True, "error": out[-300:]}
+    row = [x.strip() for x in rows[-1]]
+    consumed, fetch_rps = int(row[4]), float(row[9])
+    if consumed < records:
+        return {"failed": True, "error": f"ConsumerPerformance read {consumed} of {records} records"}
+    # 10^6 bytes of record values per second (the tool's MB are MiB of keys and values).
+    r = {"records": consumed, "records_per_sec": fetch_rps, "mb_per_sec": round(fetch_rps * 1024 / 1e6, 3)}
+    r.update(cache)
     return r
 
 
@@ -335,6 +369,8 @@ FIGURES = [
     ("end to end, Kafka's EndToEndLatency (1 record at a time, acks=all): p99", "p99_ms", "ms",
      fig_java_e2e),
     ("consume cold from disk (after a restart, page cache emptied), 2 partitions", "mb_per_sec", "MB/s", fig_cold_read),
+    ("consume cold from disk, Kafka's ConsumerPerformance (Java client), 2 partitions", "mb_per_sec", "MB/s",
+     fig_cold_read_java),
 ]
 
 
