@@ -8,7 +8,15 @@
 # until the disk has been idle for 3 s (at most 30 s): with ext4's `discard` the removal of
 # ~10 GB of segments keeps the disk busy and would slow the next run.
 #
-# Usage: perf/partitions_ab.sh BIN_A BIN_B [PARTITIONS (5000)]
+# `strata bench produce` sends each request to the next partition in turn, every producer
+# starting at partition 0 in every run, so a short warm-up writes only the first partitions:
+# at 5,000 partitions and 2,000-3,000 requests/s the 1 + 4 s run reaches half to three
+# quarters of them, and the measured run then pays each remaining partition's first write (segment file created, directory fsync'd,
+# first leader-epoch and high-watermark checkpoints written with create-and-rename) inside the
+# 10 s. WARM_EVERY_PARTITION=1 adds a warm-up of 4 x PARTITIONS batches before it (each of the
+# 4 producers walks every partition once), so the measured run is the steady state.
+#
+# Usage: [WARM_EVERY_PARTITION=1] perf/partitions_ab.sh BIN_A BIN_B [PARTITIONS (5000)]
 # Output: one line per run on stdout and in $OUT (default /tmp/partitions-ab.txt).
 set -uo pipefail
 A=$1; B=$2; P=${3:-5000}
@@ -29,6 +37,11 @@ one() { # binary label
   "$1" serve --data-dir "$D" --listen 127.0.0.1:$PORT > "/tmp/partitions-ab-$2.log" 2>&1 & local pid=$!
   sleep 1.5
   "$1" topic create t$P --partitions $P --bootstrap 127.0.0.1:$PORT > /dev/null 2>&1; sleep 3
+  if [ "${WARM_EVERY_PARTITION:-0}" = 1 ]; then
+    # 128 records of 1 KiB make one batch (the bench's default batch of 128 KiB of values).
+    "$1" bench produce --topic t$P --partitions $P --record-size 1024 --producers 4 --acks all \
+      --records $((P * 4 * 128)) --bootstrap 127.0.0.1:$PORT > /dev/null 2>&1
+  fi
   "$1" bench produce --topic t$P --partitions $P --record-size 1024 --producers 4 --acks all \
     --warmup 1 --duration 4 --bootstrap 127.0.0.1:$PORT > /dev/null 2>&1
   local c0 c1 r
