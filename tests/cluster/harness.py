@@ -62,6 +62,10 @@ CLUSTER_ENV = {
     "STRATA_UNCLEAN_LEADER_ELECTION_ENABLE": "false",  # the checker assumes no unclean election
     "STRATA_OFFSETS_TOPIC_NUM_PARTITIONS": "3",
     "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+    # Three brokers share this machine's cores: pinned (the default), every `--shards 1`
+    # broker would sit on the first CPU while the others idle (perf/RESULTS-replication.md,
+    # 2026-12-03 shard placement); unpinned, the kernel spreads them as it does the clients.
+    "STRATA_PIN_SHARDS": "false",
 }
 
 
