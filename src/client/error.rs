@@ -119,6 +119,24 @@ impl ClientError {
     }
 }
 
+impl ClientError {
+    /// Whether retrying after this error (with fresh metadata) may succeed: the connection
+    /// failed, or the broker says so (a leader moving, a partition not yet led after a
+    /// restart).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::Io { .. }
+            | ClientError::Disconnected { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::Connect { .. }
+            | ClientError::NoLeader { .. }
+            | ClientError::UnknownBroker { .. } => true,
+            ClientError::Broker { code, .. } => error_code_is_retriable(*code),
+            _ => false,
+        }
+    }
+}
+
 /// Result type of the client.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 

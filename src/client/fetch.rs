@@ -20,6 +20,12 @@ use super::{Client, FETCH_PARTITION_BYTES_DEFAULT, FETCH_RESPONSE_BYTES_DEFAULT}
 const FETCH_VERSION_BY_NAME_MAX: i16 = 12;
 /// `replica_id` of an ordinary consumer.
 const CONSUMER_REPLICA_ID: i32 = -1;
+/// Attempts at a ListOffsets whose partition has no leader yet: with the backoff below, about
+/// five seconds, longer than a single KRaft node takes to lead its partitions again after a
+/// restart (the cold-read figure of `perf/peer.py` met that against Apache Kafka).
+pub const LIST_OFFSETS_ATTEMPTS_MAX: u32 = 25;
+/// Pause between those attempts.
+pub const LIST_OFFSETS_RETRY_BACKOFF: Duration = Duration::from_millis(200);
 /// ListOffsets timestamp meaning "the earliest offset".
 pub const OFFSET_EARLIEST: i64 = -2;
 /// ListOffsets timestamp meaning "the log end offset".
@@ -213,8 +219,29 @@ impl Client {
     }
 
     /// Finds offsets: for each (partition, spec), the offset the spec names. For a timestamp
-    /// later than every record, Kafka answers -1; this returns that as is.
+    /// later than every record, Kafka answers -1; this returns that as is. A partition
+    /// without a leader yet (right after a broker restarts, or while leadership moves) is
+    /// asked again with fresh metadata, as Kafka's clients do, for up to
+    /// `LIST_OFFSETS_ATTEMPTS_MAX` attempts; any other error (an unknown topic) returns at once.
     pub fn list_offsets(
+        &mut self,
+        topic: &str,
+        specs: &[(i32, OffsetSpec)],
+    ) -> Result<Vec<(i32, i64)>> {
+        let mut attempt = 1;
+        loop {
+            match self.list_offsets_once(topic, specs) {
+                Err(e) if is_leader_moving(&e) && attempt < LIST_OFFSETS_ATTEMPTS_MAX => {
+                    self.invalidate_metadata();
+                    std::thread::sleep(LIST_OFFSETS_RETRY_BACKOFF);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn list_offsets_once(
         &mut self,
         topic: &str,
         specs: &[(i32, OffsetSpec)],
@@ -261,6 +288,16 @@ impl Client {
         }
         out.sort_unstable();
         Ok(out)
+    }
+}
+
+/// A partition whose leader is not (yet) where the metadata said: worth asking again.
+fn is_leader_moving(err: &ClientError) -> bool {
+    match err {
+        ClientError::NoLeader { .. } => true,
+        // LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_ and UNKNOWN_LEADER_EPOCH.
+        ClientError::Broker { code, .. } => matches!(code, 5 | 6 | 74 | 75),
+        _ => false,
     }
 }
 

@@ -13,7 +13,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::error::{error_code_is_retriable, ClientError, Result};
+use super::error::{ClientError, Result};
 use super::Client;
 
 /// Produce v13 addresses topics by id only; we send names.
@@ -69,20 +69,6 @@ pub struct PartitionAck {
     pub log_append_time_ms: i64,
 }
 
-/// Whether retrying after `err` (with fresh metadata) may succeed.
-fn is_retriable(err: &ClientError) -> bool {
-    match err {
-        ClientError::Io { .. }
-        | ClientError::Disconnected { .. }
-        | ClientError::Timeout { .. }
-        | ClientError::Connect { .. }
-        | ClientError::NoLeader { .. }
-        | ClientError::UnknownBroker { .. } => true,
-        ClientError::Broker { code, .. } => error_code_is_retriable(*code),
-        _ => false,
-    }
-}
-
 impl Client {
     /// Sends `batches` — (partition, encoded record batch) pairs — to `topic`, grouped by
     /// leader. Returns one ack per batch, in the order given.
@@ -128,7 +114,7 @@ impl Client {
     ) -> Result<(Vec<usize>, Option<ClientError>)> {
         let groups = match self.group_by_leader(topic, todo.iter().map(|&i| batches[i].0)) {
             Ok(g) => g,
-            Err(e) if is_retriable(&e) => return Ok((todo.to_vec(), Some(e))),
+            Err(e) if e.is_retriable() => return Ok((todo.to_vec(), Some(e))),
             Err(e) => return Err(e),
         };
         let mut left = Vec::new();
@@ -160,7 +146,7 @@ impl Client {
                         for (i, result) in results {
                             match result {
                                 Ok(ack) => acks[i] = Some(ack),
-                                Err(e) if is_retriable(&e) => {
+                                Err(e) if e.is_retriable() => {
                                     blocked.insert(batches[i].0);
                                     left.push(i);
                                     last_err = Some(e);
@@ -178,7 +164,7 @@ impl Client {
                         ) {
                             self.drop_broker(leader);
                         }
-                        if !is_retriable(&e) {
+                        if !e.is_retriable() {
                             return Err(e);
                         }
                         blocked.extend(send.iter().map(|&i| batches[i].0));
