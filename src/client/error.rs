@@ -117,9 +117,7 @@ impl ClientError {
             _ => None,
         }
     }
-}
 
-impl ClientError {
     /// Whether retrying after this error (with fresh metadata) may succeed: the connection
     /// failed, or the broker says so (a leader moving, a partition not yet led after a
     /// restart).

@@ -295,13 +295,18 @@ impl Client {
 fn is_leader_moving(err: &ClientError) -> bool {
     match err {
         ClientError::NoLeader { .. } => true,
-        // LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_ and UNKNOWN_LEADER_EPOCH.
-        ClientError::Broker { code, .. } => matches!(code, 5 | 6 | 74 | 75),
+        ClientError::Broker { code, .. } => is_leader_moving_code(*code),
         _ => false,
     }
 }
 
-/// Errors that mean "your metadata is stale".
+/// LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_ and UNKNOWN_LEADER_EPOCH.
+fn is_leader_moving_code(code: i16) -> bool {
+    matches!(code, 5 | 6 | 74 | 75)
+}
+
+/// Errors that mean "your metadata is stale": the leader moved, or the topic is unknown
+/// (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID).
 fn is_leadership_error(code: i16) -> bool {
-    matches!(code, 3 | 5 | 6 | 74 | 75 | 100)
+    is_leader_moving_code(code) || matches!(code, 3 | 100)
 }
