@@ -75,7 +75,7 @@ pub struct Config {
     /// Where partitions and metadata live.
     pub data_dir: PathBuf,
     /// Number of shards (one executor each); 0 means one per CPU of `cpuset` (by default the
-    /// CPUs the process may run on), capped by the cgroup CPU quota.
+    /// CPUs the process may run on), capped by the cgroup CPU quota. At most `SHARDS_MAX`.
     pub shards: usize,
     /// The CPUs the shards run on, as a Linux CPU list (`0-3,6`, as `taskset -c` and
     /// Redpanda's `--cpuset` write it); empty means every CPU of the process's affinity mask
@@ -728,6 +728,15 @@ impl Config {
             return Err(invalid(
                 "socket_request_max_bytes",
                 "must be at least 1024".into(),
+            ));
+        }
+        if self.shards > crate::limits::SHARDS_MAX {
+            return Err(invalid(
+                "shards",
+                format!(
+                    "must be at most {} (0: one per CPU)",
+                    crate::limits::SHARDS_MAX
+                ),
             ));
         }
         if self.memory_limit_bytes < MEMORY_LIMIT_BYTES_MIN {
@@ -1967,6 +1976,23 @@ mod tests {
             match Config::load(None, env.into_iter(), &Overrides::default()) {
                 Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, "cpuset", "{bad}"),
                 other => panic!("{bad:?}: expected the cpuset refused, got {other:?}"),
+            }
+        }
+        // `shards` is bounded (`SHARDS_MAX`); 0 (one per CPU) and the bound itself load.
+        for (shards, ok) in [(0, true), (crate::limits::SHARDS_MAX, true)]
+            .into_iter()
+            .chain([(crate::limits::SHARDS_MAX + 1, false), (100_000, false)])
+        {
+            let flags = Overrides {
+                shards: Some(shards),
+                ..Default::default()
+            };
+            match Config::load(None, std::iter::empty(), &flags) {
+                Ok(c) => assert!(ok && c.shards == shards, "{shards} loaded"),
+                Err(ConfigError::Invalid { key, .. }) => {
+                    assert!(!ok && key == "shards", "{shards}: {key}")
+                }
+                Err(other) => panic!("{shards}: {other:?}"),
             }
         }
     }

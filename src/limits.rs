@@ -340,3 +340,10 @@ pub const CLEANER_RELEASE_HELD_RECHECK_MS: u64 = 10;
 /// holds CPUs 0-1023. Also bounds the CPU-list parser, so a range like `0-4000000000` is
 /// refused instead of becoming a four-billion-entry list.
 pub const CPU_NUMBER_MAX: usize = 1023;
+
+/// Most shards one broker runs (`shards`): as many as the CPUs a shard can be pinned to
+/// (`CPU_NUMBER_MAX` + 1). Each shard is a thread with its own io_uring rings and share of
+/// the memory budget, and the mesh holds a channel for every pair of shards, so a mistyped
+/// `--shards 100000` is refused with the setting named instead of failing at start with
+/// whatever resource runs out first.
+pub const SHARDS_MAX: usize = CPU_NUMBER_MAX + 1;
