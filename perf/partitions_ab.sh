@@ -23,15 +23,9 @@ A=$1; B=$2; P=${3:-5000}
 OUT=${OUT:-/tmp/partitions-ab.txt}; : > "$OUT"
 D=${PERF_DATA_DIR:-/var/tmp/strata-partitions-ab}
 PORT=${PORT:-19092}
-idle() {
-  local prev="" cur n=0 q=0
-  while [ $n -lt 30 ] && [ $q -lt 3 ]; do
-    cur=$(awk '$3=="vda"||$3=="sda"||$3=="nvme0n1"{print $4,$8,$15}' /proc/diskstats)
-    if [ "$cur" = "$prev" ]; then q=$((q+1)); else q=0; fi
-    prev=$cur; n=$((n+1)); sleep 1
-  done
-  echo "disk idle after ${n}s" >> "$OUT"
-}
+# shellcheck source=perf/idle_disk.sh
+. "$(dirname "$0")/idle_disk.sh"
+idle() { echo "disk idle after $(wait_idle_disk)s" >> "$OUT"; }
 one() { # binary label
   rm -rf "$D"; mkdir -p "$D"
   "$1" serve --data-dir "$D" --listen 127.0.0.1:$PORT > "/tmp/partitions-ab-$2.log" 2>&1 & local pid=$!

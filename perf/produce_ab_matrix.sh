@@ -11,14 +11,9 @@
 set -uo pipefail
 A=$1; B=$2; OUT=${3:-/tmp/produce-ab-matrix.txt}
 D=${DATA_DIR:-$PWD/produce-ab-data}; PORT=${PORT:-19092}; SECS=${DURATION:-8}
-idle() {
-  local prev="" cur n=0 q=0
-  while [ $n -lt 30 ] && [ $q -lt 3 ]; do
-    cur=$(awk '$3=="vda"||$3=="sda"||$3=="nvme0n1"{print $4,$8,$15}' /proc/diskstats)
-    if [ "$cur" = "$prev" ]; then q=$((q+1)); else q=0; fi
-    prev=$cur; n=$((n+1)); sleep 1
-  done
-}
+# shellcheck source=perf/idle_disk.sh
+. "$(dirname "$0")/idle_disk.sh"
+idle() { wait_idle_disk > /dev/null; }
 one() { # bin label bench-flags...
   local bin=$1 label=$2 pid t0 t1 json; shift 2
   rm -rf "$D"; mkdir -p "$D"; json=$(mktemp)
