@@ -356,7 +356,7 @@ fn storage(out: &mut Out, b: &BrokerSnapshot) {
     out.family(
         "strata_fsync_latency_seconds",
         "histogram",
-        "fdatasync of partition segment data (group commits and segment seals).",
+        "Making partition segment data durable (group commits and segment seals): an fdatasync, or the O_DSYNC writes that replace it under the sync flush policy.",
     );
     out.histogram("strata_fsync_latency_seconds", &[], &fsync);
     let sum = |f: fn(&super::ShardSnapshot) -> u64| {

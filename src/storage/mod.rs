@@ -4,6 +4,8 @@
 //! Everything here runs on one glommio shard: types are `!Send` and shared as
 //! `Rc<Partition>`. The append path is synchronous (offsets are assigned and bytes staged in
 //! memory); a per-partition flusher task does the direct I/O and `fdatasync` (group commit).
+//! Under the Sync flush policy the active segment is open O_DSYNC, so the write is the data
+//! sync (the kernel runs fdatasync's work before completing it) and no separate call is made.
 //!
 //! Invariants kept across the module:
 //! - offsets are contiguous and strictly increasing across batches and segments;

@@ -39,7 +39,7 @@ use super::segment::{
 use super::state_file::{self, decode, read_raw, remove_if_exists, unframe};
 use super::time_index::TimeIndex;
 use super::txn_index::{self, AbortedTxn};
-use super::{epoch_checkpoint, Error, LogConfig, READ_CHUNK_BYTES_MAX};
+use super::{epoch_checkpoint, Error, FlushPolicy, LogConfig, READ_CHUNK_BYTES_MAX};
 use crate::protocol::ids::{LeaderEpoch, Offset};
 use crate::protocol::record_batch::{BatchError, BatchHeader, BatchIter, BATCH_HEADER_LEN};
 use crate::replication::epoch_cache::EpochCache;
@@ -646,13 +646,15 @@ pub(crate) async fn recover(
             i += 1;
             continue;
         }
-        let file = fs
-            .open_segment(&path, false)
-            .await
-            .map_err(|e| Error::io(&path, "open", e))?;
+        // The active segment: the flusher appends to it through this file.
+        let opened = if config.flush_policy == FlushPolicy::Sync {
+            fs.open_segment_durable_writes(&path, false).await
+        } else {
+            fs.open_segment(&path, false).await
+        };
+        let file = opened.map_err(|e| Error::io(&path, "open", e))?;
         let file_len = file.size().await.map_err(|e| Error::io(&path, "stat", e))?;
 
-        // The active segment.
         let loaded = load_index(dir, base, file_len, u32::MAX as u64).await;
         let mut index_trusted = loaded.is_some();
         // Its aborted index as of the last checkpoint: trusted below the producer snapshot

@@ -513,6 +513,8 @@ struct FaultyFs {
     /// After the next successful `truncate`, every fdatasync fails (a crash right after
     /// the cut reached the page cache).
     fail_sync_after_truncate: Rc<Cell<bool>>,
+    /// `open_segment_durable_writes` opens O_DSYNC, as the real file system does.
+    durable_writes: bool,
 }
 struct FaultyFile {
     inner: Rc<dyn SegmentFile>,
@@ -529,9 +531,30 @@ impl FileSystem for FaultyFs {
         path: &'a Path,
         create: bool,
     ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+        self.open_faulty(path, create, false)
+    }
+    fn open_segment_durable_writes<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
+        self.open_faulty(path, create, self.durable_writes)
+    }
+}
+impl FaultyFs {
+    fn open_faulty<'a>(
+        &'a self,
+        path: &'a Path,
+        create: bool,
+        dsync: bool,
+    ) -> IoFuture<'a, Rc<dyn SegmentFile>> {
         self.opens.set(self.opens.get() + 1);
         Box::pin(async move {
-            let inner = DMA.open_segment(path, create).await?;
+            let inner = if dsync {
+                DMA.open_segment_durable_writes(path, create).await?
+            } else {
+                DMA.open_segment(path, create).await?
+            };
             let f: Rc<dyn SegmentFile> = Rc::new(FaultyFile {
                 inner,
                 fail_sync: Rc::clone(&self.fail_sync),
@@ -559,6 +582,9 @@ impl SegmentFile for FaultyFile {
             return Box::pin(async { Err(std::io::Error::other("injected fdatasync failure")) });
         }
         self.inner.sync_data()
+    }
+    fn writes_durable(&self) -> bool {
+        self.inner.writes_durable()
     }
     fn truncate(&self, len: u64) -> IoFuture<'_, ()> {
         if self.fail_truncate.get() {
@@ -648,6 +674,61 @@ fn group_commit_shares_fsyncs() {
             "{} fdatasyncs for 200 batches",
             syncs.get()
         );
+        p.close().await.unwrap();
+    });
+}
+
+/// Under the Sync policy the active segment is written O_DSYNC: every acknowledged batch is
+/// durable without a separate fdatasync (the writes are the data sync), a segment seal still
+/// syncs its truncation, and everything acknowledged is there after a reopen.
+#[test]
+fn durable_writes_replace_fdatasync() {
+    run(|| async {
+        let dir = test_dir();
+        let fs = Rc::new(FaultyFs {
+            durable_writes: true,
+            ..FaultyFs::default()
+        });
+        let syncs = Rc::clone(&fs.syncs);
+        let config = LogConfig {
+            segment_bytes: 64 << 10,
+            ..small_config()
+        };
+        assert_eq!(config.flush_policy, FlushPolicy::Sync);
+        let p = Partition::open_with(dir.path().to_path_buf(), config.clone(), fs)
+            .await
+            .unwrap();
+        for i in 0..50 {
+            let out = p.append(plain(1, i, 50), 0).unwrap();
+            p.wait_durable(out.last_offset).await.unwrap();
+            assert_eq!(p.high_watermark(), out.last_offset + 1);
+        }
+        assert_eq!(syncs.get(), 0, "fdatasyncs beside O_DSYNC writes");
+        // Larger batches roll the segment; sealing it syncs its truncation explicitly.
+        let log_files = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+                .count()
+        };
+        while log_files() < 2 {
+            let out = p.append(plain(1, 99, 8 << 10), 0).unwrap();
+            p.wait_durable(out.last_offset).await.unwrap();
+        }
+        let end = p.log_end_offset();
+        assert!(syncs.get() >= 1, "a sealed segment's truncation is synced");
+        p.close().await.unwrap();
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        assert_eq!(p.log_end_offset(), end);
+        let mut next = 0;
+        while next < p.log_end_offset() {
+            let r = p.read(next, 1 << 20).await.unwrap();
+            let h = validate(&r.chunks[0]).unwrap();
+            next = h.base_offset + h.records_count as i64;
+        }
+        assert_eq!(next, end);
         p.close().await.unwrap();
     });
 }

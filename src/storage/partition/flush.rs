@@ -3,7 +3,10 @@
 //! (partial last block included), `fdatasync`, then the indexes and producer snapshot of a
 //! sealed segment — and advances the durable offset (and, under `HwMode::Local` with the
 //! Sync policy, the high watermark). Everything staged when a pass starts rides on one
-//! `fdatasync` (group commit). A failed write or fsync poisons the partition.
+//! `fdatasync` (group commit). Under the Sync policy the segment file is O_DSYNC and the
+//! pass's writes are that `fdatasync`: each write (of at most `WRITE_PIECE_BYTES`; a pass is
+//! usually one) completes durable, one io_uring operation and one hand-off to the kernel's
+//! worker instead of a write and an fsync. A failed write or fsync poisons the partition.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -179,6 +182,7 @@ impl Partition {
                 prealloc,
                 segment_bytes,
                 checkpoint,
+                durable_writes,
             ) = {
                 let inner = self.inner.borrow();
                 if inner.failed.is_some() {
@@ -197,6 +201,7 @@ impl Partition {
                 };
                 let prealloc = inner.config.preallocate_bytes;
                 let segment_bytes = inner.config.segment_bytes;
+                let durable_writes = inner.config.flush_policy == FlushPolicy::Sync;
                 // Copied in the same borrow as `next_offset`, so the indexes and the producer
                 // snapshot describe exactly the bytes this pass makes durable.
                 let checkpoint = (sync
@@ -222,6 +227,7 @@ impl Partition {
                     prealloc,
                     segment_bytes,
                     checkpoint,
+                    durable_writes,
                 )
             };
             if !sealed && data.is_empty() && !sync {
@@ -230,11 +236,12 @@ impl Partition {
             let file = match file {
                 Some(f) => f,
                 None => {
-                    let f = self
-                        .fs
-                        .open_segment(&path, true)
-                        .await
-                        .map_err(|e| Error::io(&path, "create", e))?;
+                    let opened = if durable_writes {
+                        self.fs.open_segment_durable_writes(&path, true).await
+                    } else {
+                        self.fs.open_segment(&path, true).await
+                    };
+                    let f = opened.map_err(|e| Error::io(&path, "create", e))?;
                     // The new file's directory entry must be durable before data in it counts.
                     state_file::sync_dir(&self.dir).await?;
                     if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
@@ -243,7 +250,8 @@ impl Partition {
                     f
                 }
             };
-            if !data.is_empty() {
+            let wrote = !data.is_empty();
+            if wrote {
                 let reserved = self
                     .inner
                     .borrow()
@@ -283,6 +291,7 @@ impl Partition {
                 // their staging beside it.
                 let budget = Rc::clone(&self.budget.borrow());
                 let mut at = start;
+                let writes_started = Instant::now();
                 for piece in split_writes(data, WRITE_PIECE_BYTES) {
                     let len: usize = piece.iter().map(|c| c.len()).sum();
                     let aligned = len.next_multiple_of(file.alignment().max(1) as usize);
@@ -292,6 +301,10 @@ impl Partition {
                         .await
                         .map_err(|e| Error::io(&path, "write", e))?;
                     at += len as u64;
+                }
+                if file.writes_durable() {
+                    // These writes were the data sync: their time is what an fsync would show.
+                    crate::metrics::with(|m| m.fsync_us(elapsed_us(writes_started)));
                 }
                 let mut inner = self.inner.borrow_mut();
                 if let Some(seg) = inner.segments.get_mut(&base) {
@@ -309,13 +322,18 @@ impl Partition {
             if sync || sealed {
                 // Everything up to `end_offset` was in `data` or written before: one fsync
                 // covers every batch staged when this pass copied the buffer (group commit).
+                // Through an O_DSYNC file the writes just made were that fsync: the kernel
+                // ran the same data sync (journal commit, cache flush) before completing
+                // them, covering earlier writes through this file and its fallocate too.
                 let started = std::time::Instant::now();
-                let foreground = ForegroundIo::begin();
-                file.sync_data()
-                    .await
-                    .map_err(|e| Error::io(&path, "fdatasync", e))?;
-                drop(foreground);
-                crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
+                if !wrote || !file.writes_durable() {
+                    let foreground = ForegroundIo::begin();
+                    file.sync_data()
+                        .await
+                        .map_err(|e| Error::io(&path, "fdatasync", e))?;
+                    drop(foreground);
+                    crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
+                }
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
                 tracing::debug!(target: "e2e_trace", dir = %self.dir.display(), end = end_offset, us = elapsed_us(started), "durable");
