@@ -60,6 +60,21 @@ pub trait FileSystem {
     }
 }
 
+/// Opens the segment a log appends to: O_DSYNC (`open_segment_durable_writes`) when every
+/// flush is synced anyway (the Sync flush policy), plain otherwise.
+pub(crate) async fn open_active_segment(
+    fs: &dyn FileSystem,
+    path: &Path,
+    create: bool,
+    sync_policy: bool,
+) -> io::Result<Rc<dyn SegmentFile>> {
+    if sync_policy {
+        fs.open_segment_durable_writes(path, create).await
+    } else {
+        fs.open_segment(path, create).await
+    }
+}
+
 /// glommio `DmaFile`: O_DIRECT, io_uring.
 pub struct DmaFileSystem;
 

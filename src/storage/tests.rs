@@ -1364,8 +1364,8 @@ fn truncate_and_reopen_never_resurrects() {
         );
         assert_eq!(
             count_logs(),
-            0,
-            "the new active segment has no file until a flush"
+            1,
+            "the new active segment's file is created with the log, as at partition creation"
         );
         assert!(p.epoch_cache().entries().is_empty());
         assert_eq!(p.append(plain(1, 1, 5), 0).unwrap().base_offset, 500);

@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::storage::budget::WRITE_PIECE_BYTES;
+use crate::storage::file_io::open_active_segment;
 use crate::storage::foreground::ForegroundIo;
 use crate::storage::recovery::{write_indexes, write_producer_snapshot};
 use crate::storage::segment::{preallocation_target, split_writes};
@@ -236,12 +237,9 @@ impl Partition {
             let file = match file {
                 Some(f) => f,
                 None => {
-                    let opened = if durable_writes {
-                        self.fs.open_segment_durable_writes(&path, true).await
-                    } else {
-                        self.fs.open_segment(&path, true).await
-                    };
-                    let f = opened.map_err(|e| Error::io(&path, "create", e))?;
+                    let f = open_active_segment(&*self.fs, &path, true, durable_writes)
+                        .await
+                        .map_err(|e| Error::io(&path, "create", e))?;
                     // The new file's directory entry must be durable before data in it counts.
                     state_file::sync_dir(&self.dir).await?;
                     if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
