@@ -325,12 +325,7 @@ impl Partition {
                 // them, covering earlier writes through this file and its fallocate too.
                 let started = std::time::Instant::now();
                 if !wrote || !file.writes_durable() {
-                    let foreground = ForegroundIo::begin();
-                    file.sync_data()
-                        .await
-                        .map_err(|e| Error::io(&path, "fdatasync", e))?;
-                    drop(foreground);
-                    crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
+                    sync_segment(&*file, &path).await?;
                 }
                 self.inner.borrow_mut().advance_durable(end_offset);
                 self.progress.notify_all();
@@ -358,13 +353,7 @@ impl Partition {
             file.truncate(size)
                 .await
                 .map_err(|e| Error::io(&path, "truncate", e))?;
-            let started = std::time::Instant::now();
-            let foreground = ForegroundIo::begin();
-            file.sync_data()
-                .await
-                .map_err(|e| Error::io(&path, "fdatasync", e))?;
-            drop(foreground);
-            crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
+            sync_segment(&*file, &path).await?;
             let (index, time_index, snapshot, aborted) = {
                 let mut inner = self.inner.borrow_mut();
                 let Some(seg) = inner.segments.get_mut(&base) else {
@@ -391,6 +380,20 @@ impl Partition {
             glommio::yield_if_needed().await;
         }
     }
+}
+
+/// `fdatasync` of a segment file, counted as foreground I/O and in the fsync histogram.
+async fn sync_segment(
+    file: &dyn crate::storage::file_io::SegmentFile,
+    path: &std::path::Path,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let _foreground = ForegroundIo::begin();
+    file.sync_data()
+        .await
+        .map_err(|e| Error::io(path, "fdatasync", e))?;
+    crate::metrics::with(|m| m.fsync_us(elapsed_us(started)));
+    Ok(())
 }
 
 /// Microseconds since `started`, for the fsync latency histogram.
