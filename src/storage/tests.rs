@@ -974,6 +974,8 @@ fn active_segment_checkpoint_survives_crash() {
             // One fsync per batch, so a checkpoint lands mid-segment.
             p.wait_durable(out.last_offset).await.unwrap();
         }
+        // The checkpoint is written beside the flusher's passes, not in them.
+        p.wait_checkpoint_idle().await;
         assert!(dir.path().join(format!("{:020}.index", 0)).exists());
         let snap = super::recovery::read_producer_snapshot(dir.path())
             .await
@@ -990,6 +992,67 @@ fn active_segment_checkpoint_survives_crash() {
             .append(make_batch(1, 0, 7, 0, n - 1, batch_bytes), 0)
             .unwrap();
         assert!(dup.duplicate && dup.base_offset == n as i64 - 1);
+        p.close().await.unwrap();
+    });
+}
+
+/// A segment sealed while its active-segment checkpoint may still be being written ends
+/// with the index of the whole segment: sealing waits for the checkpoint, which writes the
+/// same file names, so the older checkpoint never lands over the sealed segment's indexes.
+#[test]
+fn sealing_waits_for_active_checkpoint() {
+    run(|| async {
+        let dir = test_dir();
+        let batch_bytes = 1_000_000;
+        let config = LogConfig {
+            index_interval_bytes: 4096,
+            // Rolls four batches after the checkpoint's threshold.
+            segment_bytes: (ACTIVE_CHECKPOINT_BYTES as usize + 4 * batch_bytes) as u64,
+            ..LogConfig::default()
+        };
+        let p = Partition::open(dir.path().to_path_buf(), config.clone())
+            .await
+            .unwrap();
+        let mut model = Vec::new();
+        let until_checkpoint = (ACTIVE_CHECKPOINT_BYTES as usize / batch_bytes + 1) as i32;
+        let mut last = 0;
+        for seq in 0..until_checkpoint + 6 {
+            let b = make_batch(1, seq as i64, 7, 0, seq, batch_bytes);
+            let out = p.append(b.clone(), 0).unwrap();
+            model.push((out.base_offset, stored(&b, out.base_offset)));
+            last = out.last_offset;
+            // Durable one by one up to the pass that starts the checkpoint; the rest (and
+            // the roll) are appended while it may still be writing.
+            if seq < until_checkpoint {
+                p.wait_durable(last).await.unwrap();
+            }
+        }
+        p.wait_durable(last).await.unwrap();
+        p.close().await.unwrap();
+        let logs = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "log")
+            })
+            .count();
+        assert!(logs >= 2, "the log rolled");
+        let bytes = std::fs::read(dir.path().join(format!("{:020}.index", 0))).unwrap();
+        let (last_relative, _) = super::index::OffsetIndex::decode(&bytes, u64::MAX, u64::MAX)
+            .unwrap()
+            .last()
+            .unwrap();
+        assert!(
+            last_relative as i32 > until_checkpoint,
+            "sealed index ends at {last_relative}, the checkpoint's point"
+        );
+        let p = Partition::open(dir.path().to_path_buf(), config)
+            .await
+            .unwrap();
+        check_all(&p, &model).await;
         p.close().await.unwrap();
     });
 }

@@ -7,6 +7,12 @@
 //! pass's writes are that `fdatasync`: each write (of at most `WRITE_PIECE_BYTES`; a pass is
 //! usually one) completes durable, one io_uring operation and one hand-off to the kernel's
 //! worker instead of a write and an fsync. A failed write or fsync poisons the partition.
+//!
+//! Every `ACTIVE_CHECKPOINT_BYTES` of the active segment the pass also starts a checkpoint
+//! (its indexes, aborted transactions and a producer snapshot, as of the bytes it made
+//! durable) in a task of its own: those are three atomic file writes, six fsyncs, and the
+//! partition's next passes (and so its acks) do not wait for them. At most one runs per
+//! partition; sealing a segment, a truncation and closing wait for it (`checkpoint_idle`).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -14,10 +20,13 @@ use std::time::{Duration, Instant};
 use crate::storage::budget::WRITE_PIECE_BYTES;
 use crate::storage::file_io::open_active_segment;
 use crate::storage::foreground::ForegroundIo;
+use crate::storage::index::OffsetIndex;
+use crate::storage::producer_state::ProducerSnapshot;
 use crate::storage::recovery::{write_indexes, write_producer_snapshot};
 use crate::storage::segment::{preallocation_target, split_writes};
 use crate::storage::state_file;
-use crate::storage::txn_index;
+use crate::storage::time_index::TimeIndex;
+use crate::storage::txn_index::{self, AbortedTxn};
 use crate::storage::{
     Error, FlushPolicy, ACTIVE_CHECKPOINT_BYTES, HW_CHECKPOINT_INTERVAL_MS,
     NEVER_POLICY_WRITE_INTERVAL_MS, STAGING_WRITE_THRESHOLD_BYTES,
@@ -30,6 +39,18 @@ enum Step {
     Flush { sync: bool },
     CheckpointHw,
     Wait { until: Option<Instant> },
+}
+
+/// An active segment's state as of the bytes one pass made durable, for crash recovery to
+/// resume from instead of scanning the whole segment.
+pub(super) struct ActiveCheckpoint {
+    base: i64,
+    /// The segment's size the indexes and snapshot describe.
+    size: u64,
+    index: OffsetIndex,
+    time_index: TimeIndex,
+    snapshot: ProducerSnapshot,
+    aborted: Vec<AbortedTxn>,
 }
 
 impl Inner {
@@ -132,15 +153,20 @@ impl Partition {
                     last_hw_write = Instant::now();
                 }
                 Step::Final => {
+                    // The last pass writes no checkpoint: closing writes the same state.
                     if let Err(e) = self.flush_pass(true).await {
                         self.fail(e);
                     }
                     break;
                 }
                 Step::Flush { sync } => {
-                    if let Err(e) = self.flush_pass(sync).await {
-                        self.fail(e);
-                        break;
+                    match self.flush_pass(sync).await {
+                        Ok(Some(checkpoint)) => Rc::clone(&self).start_checkpoint(checkpoint),
+                        Ok(None) => {}
+                        Err(e) => {
+                            self.fail(e);
+                            break;
+                        }
                     }
                     last_write = Instant::now();
                     if sync {
@@ -161,6 +187,8 @@ impl Partition {
                 self.progress.notify_all();
             }
         }
+        // Nothing of the log writes by path once the flusher is done (close, delete).
+        self.checkpoint_idle().await;
         self.flush_in_progress.set(false);
         self.flusher_running.set(false);
         self.flusher_done.notify_all();
@@ -168,8 +196,9 @@ impl Partition {
     }
 
     /// Writes (and, if `sync` or the segment is sealed, fsyncs) every incomplete segment
-    /// in offset order, finishing sealed ones.
-    async fn flush_pass(&self, sync: bool) -> Result<(), Error> {
+    /// in offset order, finishing sealed ones. Returns the active segment's checkpoint when
+    /// one is due (and none is being written).
+    async fn flush_pass(&self, sync: bool) -> Result<Option<ActiveCheckpoint>, Error> {
         loop {
             let (
                 base,
@@ -188,10 +217,10 @@ impl Partition {
                 let inner = self.inner.borrow();
                 if inner.failed.is_some() {
                     // Poisoned (or a simulated crash): touch the files no more.
-                    return Ok(());
+                    return Ok(None);
                 }
                 let Some(seg) = inner.segments.values().find(|s| !s.complete) else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 // Shared handles on the staged batches: the only copy is the one into the
                 // DMA buffer that `write_at` makes.
@@ -207,14 +236,15 @@ impl Partition {
                 // snapshot describe exactly the bytes this pass makes durable.
                 let checkpoint = (sync
                     && !seg.sealed
+                    && !self.checkpoint_in_flight.get()
                     && seg.size - seg.checkpointed_size >= ACTIVE_CHECKPOINT_BYTES)
-                    .then(|| {
-                        (
-                            seg.index.clone(),
-                            seg.time_index.clone(),
-                            inner.producers.snapshot(seg.next_offset),
-                            seg.aborted.clone(),
-                        )
+                    .then(|| ActiveCheckpoint {
+                        base: seg.base_offset,
+                        size: seg.size,
+                        index: seg.index.clone(),
+                        time_index: seg.time_index.clone(),
+                        snapshot: inner.producers.snapshot(seg.next_offset),
+                        aborted: seg.aborted.clone(),
                     });
                 (
                     seg.base_offset,
@@ -232,7 +262,7 @@ impl Partition {
                 )
             };
             if !sealed && data.is_empty() && !sync {
-                return Ok(());
+                return Ok(None);
             }
             let file = match file {
                 Some(f) => f,
@@ -335,21 +365,14 @@ impl Partition {
                 self.persist_epochs_if_dirty().await?;
             }
             if !sealed {
-                if let Some((index, time_index, snapshot, aborted)) = checkpoint {
-                    // Bounds crash recovery of a large active segment: it resumes from here
-                    // instead of scanning the whole segment. The aborted index first: recovery
-                    // trusts its entries below the snapshot written last.
-                    txn_index::write(&self.dir, base, &aborted).await?;
-                    write_indexes(&self.dir, base, &index, &time_index).await?;
-                    write_producer_snapshot(&self.dir, &snapshot).await?;
-                    if let Some(seg) = self.inner.borrow_mut().segments.get_mut(&base) {
-                        seg.checkpointed_size = size;
-                    }
-                }
-                return Ok(());
+                // Its epochs are in the epoch checkpoint now (above), as recovery needs
+                // before trusting the checkpoint's indexes and snapshot.
+                return Ok(checkpoint);
             }
             // Finish the sealed segment: cut the preallocated tail, then (data durable first)
-            // its index files and the producer snapshot as of its end.
+            // its index files and the producer snapshot as of its end, after any checkpoint
+            // of it still being written (the same file names).
+            self.checkpoint_idle().await;
             file.truncate(size)
                 .await
                 .map_err(|e| Error::io(&path, "truncate", e))?;
@@ -378,6 +401,57 @@ impl Partition {
                 seg.staging = Default::default();
             }
             glommio::yield_if_needed().await;
+        }
+    }
+}
+
+impl Partition {
+    /// Writes `checkpoint` in a task of its own; the flusher goes on with the next pass.
+    fn start_checkpoint(self: Rc<Self>, checkpoint: ActiveCheckpoint) {
+        self.checkpoint_in_flight.set(true);
+        glommio::spawn_local(async move {
+            let result = self.write_checkpoint(&checkpoint).await;
+            self.checkpoint_in_flight.set(false);
+            match result {
+                Ok(()) => {
+                    let mut inner = self.inner.borrow_mut();
+                    if let Some(seg) = inner.segments.get_mut(&checkpoint.base) {
+                        seg.checkpointed_size = seg.checkpointed_size.max(checkpoint.size);
+                    }
+                }
+                Err(e) => self.fail(e),
+            }
+            // `checkpoint_idle` (sealing, closing) and a truncation's quiesce wait on this.
+            self.progress.notify_all();
+        })
+        .detach();
+    }
+
+    /// Bounds crash recovery of a large active segment: it resumes from here instead of
+    /// scanning the whole segment. The aborted index first: recovery trusts its entries
+    /// below the snapshot written last. A poisoned (or crashed, in tests) partition stops
+    /// between the files, as a process killed there would.
+    async fn write_checkpoint(&self, c: &ActiveCheckpoint) -> Result<(), Error> {
+        let poisoned = || self.inner.borrow().failed.is_some();
+        txn_index::write(&self.dir, c.base, &c.aborted).await?;
+        if poisoned() {
+            return Ok(());
+        }
+        write_indexes(&self.dir, c.base, &c.index, &c.time_index).await?;
+        if poisoned() {
+            return Ok(());
+        }
+        write_producer_snapshot(&self.dir, &c.snapshot).await
+    }
+
+    /// Waits until no active-segment checkpoint is being written.
+    pub(super) async fn checkpoint_idle(&self) {
+        while self.checkpoint_in_flight.get() {
+            let listener = self.progress.listen();
+            if !self.checkpoint_in_flight.get() {
+                break;
+            }
+            listener.await;
         }
     }
 }

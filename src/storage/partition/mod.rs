@@ -170,6 +170,8 @@ pub struct Partition {
     flusher_running: std::cell::Cell<bool>,
     /// The flusher is inside a pass (data, index, snapshot or checkpoint I/O).
     flush_in_progress: Cell<bool>,
+    /// An active segment's checkpoint is being written (`flush::start_checkpoint`).
+    checkpoint_in_flight: Cell<bool>,
     /// Serialises log-start persistence and segment deletion (DeleteRecords, retention,
     /// truncation).
     meta_lock: glommio::sync::Semaphore,
@@ -373,6 +375,7 @@ impl Partition {
             flusher_done: Notify::default(),
             flusher_running: std::cell::Cell::new(true),
             flush_in_progress: Cell::new(false),
+            checkpoint_in_flight: Cell::new(false),
             meta_lock: glommio::sync::Semaphore::new(1),
             state_lock: glommio::sync::Semaphore::new(1),
             appended: Notify::default(),
@@ -753,6 +756,12 @@ impl Partition {
         })
         .detach();
         Ok(Some(moved))
+    }
+
+    /// Test hook: waits until no active-segment checkpoint is being written.
+    #[cfg(test)]
+    pub(crate) async fn wait_checkpoint_idle(&self) {
+        self.checkpoint_idle().await
     }
 
     /// Test hook: whether a read-ahead is pending, and for which fetch offset.

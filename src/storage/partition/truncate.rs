@@ -94,7 +94,8 @@ impl Partition {
                 let drained = inner.durable_offset >= inner.next_offset
                     && inner.staged_bytes() == 0
                     && !inner.segments.values().any(|s| s.sealed && !s.complete)
-                    && !self.flush_in_progress.get();
+                    && !self.flush_in_progress.get()
+                    && !self.checkpoint_in_flight.get();
                 if drained {
                     return Ok(guard);
                 }
