@@ -14,6 +14,8 @@ ratio to each peer. The same client drives every broker: `strata bench` (a gener
 client) for the throughput and open-loop figures, and Kafka's own ProducerPerformance and
 EndToEndLatency (kafka-tools 4.1, the Java client) so no figure depends on our client alone.
 Machine limits (fio direct-I/O write/read, fdatasync latency) are measured in the same run.
+Before every run the page cache is synced and the disk left to go idle (`settle`), so no
+broker's run pays for the writeback of the one before it.
 Broker CPU is read from /proc (utime + stime of the broker process) around each produce run.
 
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
@@ -205,6 +207,45 @@ def delete_topic(broker, topic: str) -> None:
     subprocess.run([str(BIN), "topic", "delete", topic, "--bootstrap", broker.bootstrap],
                    capture_output=True, timeout=60)
     time.sleep(1)  # Kafka deletes asynchronously; let the files go before the next figure
+
+
+def dirty_mb() -> float:
+    """The kernel's dirty page cache, MB (/proc/meminfo `Dirty:`)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Dirty:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def disk_sectors() -> int:
+    """Sectors read + written so far by the machine's disk(s) (/proc/diskstats)."""
+    total = 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            p = line.split()
+            if p[2] in ("vda", "sda", "nvme0n1"):
+                total += int(p[5]) + int(p[9])
+    return total
+
+
+def settle() -> None:
+    """Starts a run with nothing of the previous one still reaching the disk: Kafka as shipped
+    leaves its produced GBs dirty in the page cache, and the kernel writes them back ~30 s
+    later, i.e. during the next broker's run, whose fsyncs then queue behind them (seen: a
+    Strata open-loop p99 of 650-840 ms right after Kafka's runs, 11 ms after its own). So:
+    `sync`, then wait (at most 30 s) until the disk moves less than 1 MiB a second for 2 s;
+    the idle brokers' own periodic checkpoints stay below that. Logs what was pending."""
+    dirty = dirty_mb()
+    started = time.monotonic()
+    os.sync()
+    quiet, prev = 0, disk_sectors()
+    while quiet < 4 and time.monotonic() - started < 30:
+        time.sleep(0.5)
+        cur = disk_sectors()
+        quiet = quiet + 1 if cur - prev < 1024 else 0  # 1024 sectors = 512 KiB per 0.5 s
+        prev = cur
+    log(f"  settle: {dirty:,.0f} MB dirty before sync, disk quiet after {time.monotonic() - started:.1f} s")
 
 
 # ------------------------------------------------------------------ figures
@@ -516,6 +557,7 @@ def main() -> int:
             for title, key, unit, fig in figures:
                 for b in brokers:
                     log(f"round {rnd + 1}: {b.name}: {title}")
+                    settle()
                     try:
                         r = fig(b, rnd, ctx)
                     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
