@@ -17,6 +17,12 @@ pub const MESH_CLIENT_OPS_IN_FLIGHT_MAX: usize = 4096;
 /// watermark that acks=all produces wait for — never waits behind those produces.
 pub const MESH_REPLICA_OPS_IN_FLIGHT_MAX: usize = 1024;
 
+/// Deleted logs' directories waiting for the removal thread (`partition_dir::remove_later`).
+/// A path each; past the bound a directory is left for the next start to remove (it is
+/// already renamed `-delete`, so nothing serves it), instead of the queue growing with a
+/// deletion of many thousands of partitions.
+pub const LOG_REMOVALS_QUEUED_MAX: usize = 65_536;
+
 /// Longest topic name Kafka accepts (249 characters, so that `<topic>-<partition>` fits a
 /// file name).
 pub const TOPIC_NAME_LEN_MAX: usize = 249;

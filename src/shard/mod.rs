@@ -341,9 +341,7 @@ impl ShardCtx {
                         moved_to = %moved_to.display(),
                         "the directory held a deleted topic's log of the same name: never served, deleting it"
                     );
-                    if let Err(e) = std::fs::remove_dir_all(&moved_to) {
-                        tracing::warn!(dir = %moved_to.display(), error = %e, "cannot remove a deleted log; the next start will");
-                    }
+                    crate::storage::partition_dir::remove_later(moved_to);
                 }
                 Prepared::Adopted => {
                     tracing::info!(

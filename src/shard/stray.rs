@@ -104,10 +104,7 @@ fn remove_if_stray(catalog: &Catalog, dir: &Path, topic: &str, partition: i32) -
         dir = %moved.display(),
         "stray log: no replica of it is placed on this broker; deleting it"
     );
-    if let Err(e) = std::fs::remove_dir_all(&moved) {
-        // The next start removes it (`partition_dir::remove_deleted_dirs`).
-        warn!(dir = %moved.display(), error = %e, "cannot remove a stray log yet");
-    }
+    crate::storage::partition_dir::remove_later(moved);
     true
 }
 

@@ -38,11 +38,7 @@ pub async fn drop(ctx: &Rc<ShardCtx>, topic: &str, partitions: Vec<i32>) -> Resu
                 let dir = ctx.shared.partition_dir(topic, i);
                 if dir.exists() && ctx.shared.claim_dir(&dir) {
                     match crate::storage::partition_dir::rename_for_delete(&dir) {
-                        Ok(moved) => {
-                            if let Err(e) = std::fs::remove_dir_all(&moved) {
-                                result = Err(format!("cannot delete {}: {e}", moved.display()));
-                            }
-                        }
+                        Ok(moved) => crate::storage::partition_dir::remove_later(moved),
                         Err(e) => result = Err(format!("cannot delete {}: {e}", dir.display())),
                     }
                     ctx.shared.release_dir(&dir);

@@ -733,7 +733,7 @@ impl Partition {
     /// writes by path any more, then renames its directory to `<name>.<uuid>-delete`
     /// (`partition_dir::rename_for_delete`: the name is free at once for a topic created
     /// again, and a crash never leaves a half-deleted log under the live name) and removes
-    /// the renamed directory in a background task. Returns the renamed path (`None` if the
+    /// the renamed directory on the removal thread. Returns the renamed path (`None` if the
     /// directory was already gone).
     pub async fn delete(&self) -> Result<Option<PathBuf>, Error> {
         if let Err(e) = self.close().await {
@@ -747,14 +747,7 @@ impl Partition {
             }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let removing = moved.clone();
-        glommio::spawn_local(async move {
-            // Startup removes what a crash or shutdown leaves (`remove_deleted_dirs`).
-            if let Err(e) = std::fs::remove_dir_all(&removing) {
-                tracing::warn!(dir = %removing.display(), error = %e, "cannot remove a deleted log; the next start will");
-            }
-        })
-        .detach();
+        super::partition_dir::remove_later(moved.clone());
         Ok(Some(moved))
     }
 
