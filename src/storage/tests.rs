@@ -78,6 +78,20 @@ pub(crate) fn test_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(root).unwrap()
 }
 
+/// How many segment data files (`*.log`) `dir` holds.
+fn count_segment_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count()
+}
+
 pub(crate) fn run<F, Fut>(f: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -412,18 +426,7 @@ fn delete_records_and_retention() {
             ..small_config()
         };
         let (model, p) = fill(dir.path(), config.clone(), 60).await;
-        let count = || {
-            std::fs::read_dir(dir.path())
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .extension()
-                        .is_some_and(|x| x == "log")
-                })
-                .count()
-        };
+        let count = || count_segment_files(dir.path());
         let before = count();
         assert!(matches!(
             p.delete_records(121).await,
@@ -1029,17 +1032,7 @@ fn sealing_waits_for_active_checkpoint() {
         }
         p.wait_durable(last).await.unwrap();
         p.close().await.unwrap();
-        let logs = std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|x| x == "log")
-            })
-            .count();
-        assert!(logs >= 2, "the log rolled");
+        assert!(count_segment_files(dir.path()) >= 2, "the log rolled");
         let bytes = std::fs::read(dir.path().join(format!("{:020}.index", 0))).unwrap();
         let (last_relative, _) = super::index::OffsetIndex::decode(&bytes, u64::MAX, u64::MAX)
             .unwrap()
@@ -1340,18 +1333,7 @@ fn truncate_and_reopen_never_resurrects() {
         let dir = test_dir();
         let (model, p) = fill(dir.path(), small_config(), 60).await;
         p.close().await.unwrap();
-        let count_logs = || {
-            std::fs::read_dir(dir.path())
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .extension()
-                        .is_some_and(|x| x == "log")
-                })
-                .count()
-        };
+        let count_logs = || count_segment_files(dir.path());
         assert!(count_logs() >= 4);
 
         // 1. The cut itself fails: the partition is poisoned, the log is whole on reopen.
