@@ -930,18 +930,7 @@ fn roll_by_index_full_and_oversized_batch_refused() {
         let out = p.append(b.clone(), 0).unwrap();
         model.push((out.base_offset, stored(&b, out.base_offset)));
         p.wait_durable(out.last_offset).await.unwrap();
-        let logs = || {
-            std::fs::read_dir(dir.path())
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .path()
-                        .extension()
-                        .is_some_and(|x| x == "log")
-                })
-                .count()
-        };
+        let logs = || count_segment_files(dir.path());
         assert!(logs() >= 5, "index-full rolls, got {}", logs());
         check_all(&p, &model).await;
         p.close().await.unwrap();
