@@ -37,7 +37,7 @@ pub async fn drop(ctx: &Rc<ShardCtx>, topic: &str, partitions: Vec<i32>) -> Resu
                 // created again there).
                 let dir = ctx.shared.partition_dir(topic, i);
                 if dir.exists() && ctx.shared.claim_dir(&dir) {
-                    match crate::storage::partition_dir::rename_for_delete(&dir) {
+                    match crate::storage::partition_dir::rename_for_delete(&dir).await {
                         Ok(moved) => crate::storage::partition_dir::remove_later(moved),
                         Err(e) => result = Err(format!("cannot delete {}: {e}", dir.display())),
                     }

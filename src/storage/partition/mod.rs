@@ -739,7 +739,7 @@ impl Partition {
         if let Err(e) = self.close().await {
             tracing::warn!(error = %e, "flush failed while deleting the partition; deleting anyway");
         }
-        let moved = match super::partition_dir::rename_for_delete(&self.dir) {
+        let moved = match super::partition_dir::rename_for_delete(&self.dir).await {
             Ok(moved) => moved,
             Err(Error::Io {
                 kind: std::io::ErrorKind::NotFound,
