@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """A reference Apache Kafka broker (4.1.x, KRaft, one node that is both broker and controller)
-on loopback, for tests and perf runs that compare Strata with Kafka itself.
+on loopback, for tests and perf runs that compare Strata with Kafka itself; and
+`ReferenceKafkaCluster`, three (or more) such combined nodes forming one KRaft cluster on
+loopback, for the replication comparison (perf/replication_peer.py).
 
 The jars come from Maven Central (`tests/fetch-jars.sh kafka` fills tests/kafka/lib); the JVM
 is started through tests/kafka/run-class.sh so the classpath and logging are set in one place.
@@ -14,6 +16,12 @@ Layout of the working directory given to `ReferenceKafka(workdir)` (or `--dir`):
 Every internal topic has replication factor 1 and min ISR 1 (one node), the group coordinator
 does not delay the first rebalance, and the rest is Kafka's default, so the broker behaves as
 shipped; callers add settings (`flush.messages=1`, `num.partitions=8`, ...) as overrides.
+
+A cluster (`ReferenceKafkaCluster(workdir, nodes=3)`) puts node N in workdir/nN with the same
+layout. Every node is broker and controller, `controller.quorum.voters` lists all of them,
+and every node's data/ is formatted with the same cluster id. Internal topics keep Kafka's
+defaults (replication factor 3, min ISR 2); `default.replication.factor` and
+`min.insync.replicas` stay Kafka's (1), so topics say what they want when they are created.
 
 Readiness: Kafka's KRaft broker opens its client listener only after it has registered and
 caught up with the metadata log, so one ApiVersions round trip on the client port, polled with
@@ -64,6 +72,18 @@ SINGLE_NODE_SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
 }
 
+# A cluster of combined nodes: Kafka's defaults (internal topics RF 3, min ISR 2) apart from
+# the first rebalance, which tests and benchmarks should not wait 3 s for.
+CLUSTER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+# The JVM flags Kafka's bin/kafka-server-start.sh adds by default (KAFKA_JVM_PERFORMANCE_OPTS
+# in kafka-run-class.sh, 4.1): a broker started "as shipped" runs with these. The cluster uses
+# them so a benchmark measures Kafka as its own scripts start it.
+SHIPPED_JVM_OPTS = ("-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 "
+                    "-XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true")
+
 
 def jars_present() -> bool:
     return any(LIB.glob("kafka_2.13-*.jar"))
@@ -105,15 +125,26 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 class ReferenceKafka:
-    """One Apache Kafka node on 127.0.0.1:port, its files under `workdir`."""
+    """One Apache Kafka node on 127.0.0.1:port, its files under `workdir`.
+
+    Alone (the defaults) it is a whole single-node cluster. As one node of a
+    `ReferenceKafkaCluster` it is given its `node_id`, its `controller_port`, the quorum's
+    `voters` string, the shared `cluster_id` and the cluster's `base_settings`."""
 
     def __init__(self, workdir: Path, port: int | None = None, overrides: dict[str, str] | None = None,
-                 heap: str = DEFAULT_HEAP):
+                 heap: str = DEFAULT_HEAP, *, node_id: int = 1, controller_port: int | None = None,
+                 voters: str | None = None, cluster_id: str | None = None,
+                 base_settings: dict[str, str] | None = None, jvm_opts: str = ""):
         self.workdir = Path(workdir)
         self.port = port or free_port()
-        self.controller_port = free_port()
+        self.controller_port = controller_port or free_port()
         self.overrides = dict(overrides or {})
         self.heap = heap
+        self.node_id = node_id
+        self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.cluster_id = cluster_id
+        self.base_settings = dict(SINGLE_NODE_SETTINGS if base_settings is None else base_settings)
+        self.jvm_opts = jvm_opts
         self.proc: subprocess.Popen | None = None
         self.workdir.mkdir(parents=True, exist_ok=True)
 
@@ -141,15 +172,15 @@ class ReferenceKafka:
         listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
         base = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
             "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir),
-            **SINGLE_NODE_SETTINGS,
+            **self.base_settings,
         }
         base.update(self.overrides)
         return base
@@ -162,6 +193,8 @@ class ReferenceKafka:
         env = dict(os.environ)
         env["KAFKA_HEAP_OPTS"] = f"-Xms{heap} -Xmx{heap}"
         env.setdefault("KAFKA_LOG_LEVEL", "INFO")
+        if self.jvm_opts:
+            env["KAFKA_OPTS"] = (env.get("KAFKA_OPTS", "") + " " + self.jvm_opts).strip()
         return env
 
     def format(self) -> None:
@@ -169,19 +202,27 @@ class ReferenceKafka:
         if (self.data_dir / "meta.properties").exists():
             return
         # A one-shot tool: the client compiler and the serial collector start fastest.
-        env = self._env("256m")
+        env = dict(os.environ, KAFKA_HEAP_OPTS="-Xms256m -Xmx256m")
         env["KAFKA_OPTS"] = (env.get("KAFKA_OPTS", "") + " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC").strip()
         env["KAFKA_LOG_LEVEL"] = "WARN"
         r = subprocess.run([str(RUN_CLASS), "kafka.tools.StorageTool", "format",
                             # `=` form: an id may start with '-' (1 in 32), which argparse
                             # would otherwise take for an option and fail the format.
-                            f"--cluster-id={random_cluster_id()}", "--config", str(self.config_path)],
+                            f"--cluster-id={self.cluster_id or random_cluster_id()}",
+                            "--config", str(self.config_path)],
                            env=env, capture_output=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed ({r.returncode}):\n"
                                f"{r.stdout.decode(errors='replace')}{r.stderr.decode(errors='replace')}")
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> "ReferenceKafka":
+        self.launch()
+        self.wait_ready(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Formats (if new) and starts the JVM without waiting for it: a cluster's nodes must
+        all be running before any of them can elect a controller and become ready."""
         if not jars_present():
             raise RuntimeError(f"no Kafka jars in {LIB}: run tests/fetch-jars.sh kafka")
         assert not self.alive(), "reference Kafka already running"
@@ -193,8 +234,6 @@ class ReferenceKafka:
                                      env=self._env(self.heap), start_new_session=True)
         log.close()
         self.pid_path.write_text(f"{self.proc.pid}\n")
-        self.wait_ready(timeout_s)
-        return self
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -240,6 +279,54 @@ class ReferenceKafka:
         except OSError:
             return "(no Kafka log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+class ReferenceKafkaCluster:
+    """`nodes` combined broker+controller Kafka nodes on loopback forming one KRaft cluster,
+    node N (1-based) in `workdir`/nN. `overrides` apply to every node (on top of
+    CLUSTER_SETTINGS). Starts all JVMs, then waits until every node answers ApiVersions."""
+
+    def __init__(self, workdir: Path, nodes: int = 3, overrides: dict[str, str] | None = None,
+                 heap: str = DEFAULT_HEAP, jvm_opts: str = SHIPPED_JVM_OPTS):
+        self.workdir = Path(workdir)
+        ports = [(free_port(), free_port()) for _ in range(nodes)]
+        voters = ",".join(f"{n + 1}@127.0.0.1:{c}" for n, (_, c) in enumerate(ports))
+        cluster_id = random_cluster_id()
+        self.nodes = [ReferenceKafka(self.workdir / f"n{n + 1}", port=p, overrides=overrides, heap=heap,
+                                     node_id=n + 1, controller_port=c, voters=voters, cluster_id=cluster_id,
+                                     base_settings=CLUSTER_SETTINGS, jvm_opts=jvm_opts)
+                      for n, (p, c) in enumerate(ports)]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [n.proc.pid for n in self.nodes if n.proc is not None]
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> "ReferenceKafkaCluster":
+        try:
+            for n in self.nodes:
+                n.launch()
+            deadline = time.monotonic() + timeout_s
+            for n in self.nodes:
+                n.wait_ready(max(deadline - time.monotonic(), 1.0))
+        except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError):
+            self.stop()
+            raise
+        return self
+
+    def alive(self) -> bool:
+        return all(n.alive() for n in self.nodes)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> list[int | None]:
+        """SIGTERM to every node at once (a node shutting down alone would wait for the
+        quorum it is leaving), then each is waited for and killed after `timeout_s`."""
+        for n in self.nodes:
+            if n.alive():
+                n.proc.send_signal(signal.SIGTERM)
+        return [n.stop(timeout_s) for n in self.nodes]
 
 
 def stop_by_pid_file(workdir: Path, timeout_s: float = STOP_TIMEOUT_S) -> bool:
