@@ -8,6 +8,8 @@
 # Usage (from anywhere; paths are relative to the repo): perf/replication.sh
 #     [--seconds N] [--warmup N] [--rate N] [--data-dir DIR] [--placement MODE] [--no-limits]
 #     [--report-only]
+#        perf/replication.sh --peer kafka [perf/replication_peer.py options: --rounds N --seconds N
+#     --warmup N --rate N --cases "..." --no-flush1 --no-limits --data-dir DIR --out DIR]
 #   --seconds N    measured seconds per run (default 15)
 #   --warmup N     warm-up seconds per run (default 3)
 #   --rate N       records/s of the fixed-rate e2e runs (default 25000, i.e. ~26 MB/s)
@@ -21,12 +23,22 @@
 #   --no-limits    skip the fio/iperf3 limit measurements
 #   --report-only  only rewrite the report from perf/out-replication/ (keeps the hand-written
 #                  "## Analysis" section at the end of the report, as every run does)
+#   --peer kafka   (first argument) Strata's 3-node cluster beside a 3-node Apache Kafka 4.1
+#                  KRaft cluster (as shipped, and with flush.messages=1) in one run, rounds
+#                  interleaved, same client (strata bench): rf1-acksall, rf3-acksall,
+#                  rf3-acks1, e2e-rf3. perf/replication_peer.py (see its header); writes
+#                  perf/out-replication-peer/{results.jsonl,report.md,commands.txt}
 # Needs only target/release/strata (or $STRATA_BIN), fio, iperf3 (optional) and python3.
 # Broker logs stay in $REPL_LOG_DIR (default /var/tmp/strata-replication-logs); their
 # warnings and ISR changes are copied into perf/out-replication/broker-log-excerpt.txt.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [[ "${1:-}" == "--peer" ]]; then
+  [[ "${2:-}" == "kafka" ]] || { echo "--peer takes: kafka" >&2; exit 2; }
+  shift 2
+  exec python3 "$ROOT/perf/replication_peer.py" "$@"
+fi
 BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 DATA_DIR="${PERF_DATA_DIR:-/var/tmp/strata-replication}"
 LOG_DIR="${REPL_LOG_DIR:-/var/tmp/strata-replication-logs}"
@@ -43,7 +55,7 @@ while [[ $# -gt 0 ]]; do
     --placement) PLACEMENT="$2"; shift ;;
     --no-limits) LIMITS=0 ;;
     --report-only) REPORT_ONLY=1 ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,33p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
