@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "kafka"))
 sys.path.insert(0, str(ROOT / "perf"))
 import reference_kafka  # noqa: E402
-from reference_kafka import ReferenceKafkaCluster, free_port  # noqa: E402
+from reference_kafka import ReferenceKafkaCluster, free_ports  # noqa: E402
 from peer import cpu_seconds, dirty_mb, fio_limits, log, settle  # noqa: E402
 
 BIN = Path(os.environ.get("STRATA_BIN", ROOT / "target" / "release" / "strata"))
@@ -113,7 +113,8 @@ class StrataCluster:
     def __init__(self, workdir: Path, commands: list[str]):
         self.workdir = workdir
         self.commands = commands
-        self.ports = [(free_port(), free_port()) for _ in range(3)]
+        flat = free_ports(6)
+        self.ports = list(zip(flat[0::2], flat[1::2]))
         self.procs: list[subprocess.Popen] = []
 
     @property
@@ -487,7 +488,17 @@ def main() -> int:
                 dep = make()
                 try:
                     t = time.monotonic()
-                    dep.start()
+                    try:
+                        dep.start()
+                    except (RuntimeError, TimeoutError, OSError) as e:
+                        # Every case of this deployment and round is recorded as failed, with why.
+                        log(f"  FAILED to start: {e}")
+                        for case in cases:
+                            r = {"deployment": name, "case": case, "round": rnd, "failed": True,
+                                 "error": f"cluster start: {str(e)[-400:]}", "errors_total": 0}
+                            raw.write(json.dumps(r) + "\n")
+                            rows.append(r)
+                        continue
                     log(f"  up in {time.monotonic() - t:.1f} s: {dep.bootstrap}, pids {dep.pids}")
                     w = run_bench(dep, f"{name}-warmup-{rnd}", f"warm-{rnd}", "rf3-acksall", ctx, measured=False)
                     log(f"  cluster warm-up: {rec_rate(w) or 0:,.0f} records/s"

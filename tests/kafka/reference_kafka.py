@@ -95,6 +95,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: every socket stays bound until all are chosen (free_port()
+    called twice may return the same port, and a cluster whose node listens on another
+    node's controller port answers readiness probes from the wrong process)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def random_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, the format
     `kafka-storage random-uuid` prints (done here to save a JVM start)."""
@@ -112,6 +128,21 @@ def api_versions_ok(host: str, port: int, timeout_s: float = 2.0) -> bool:
         resp = _recv_exact(s, size)
     correlation_id, error_code = struct.unpack(">ih", resp[:6])
     return correlation_id == 1 and error_code == 0
+
+
+def registered_brokers(host: str, port: int, timeout_s: float = 2.0) -> int:
+    """How many brokers a Metadata v0 answer lists: Kafka lists only registered, unfenced
+    brokers, so this says whether the cluster can place a replica on each of them."""
+    client_id = b"strata-ref-probe"
+    body = struct.pack(">hhih", 3, 0, 2, len(client_id)) + client_id + struct.pack(">i", 0)
+    with socket.create_connection((host, port), timeout=timeout_s) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        (size,) = struct.unpack(">i", _recv_exact(s, 4))
+        resp = _recv_exact(s, size)
+    correlation_id, count = struct.unpack(">ii", resp[:8])
+    if correlation_id != 2:
+        raise ConnectionError(f"Metadata answer for correlation id {correlation_id}, not 2")
+    return count
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes:
@@ -137,7 +168,7 @@ class ReferenceKafka:
                  base_settings: dict[str, str] | None = None, jvm_opts: str = ""):
         self.workdir = Path(workdir)
         self.port = port or free_port()
-        self.controller_port = controller_port or free_port()
+        self.controller_port = controller_port or next(p for p in iter(free_port, None) if p != self.port)
         self.overrides = dict(overrides or {})
         self.heap = heap
         self.node_id = node_id
@@ -289,7 +320,8 @@ class ReferenceKafkaCluster:
     def __init__(self, workdir: Path, nodes: int = 3, overrides: dict[str, str] | None = None,
                  heap: str = DEFAULT_HEAP, jvm_opts: str = SHIPPED_JVM_OPTS):
         self.workdir = Path(workdir)
-        ports = [(free_port(), free_port()) for _ in range(nodes)]
+        flat = free_ports(2 * nodes)
+        ports = list(zip(flat[0::2], flat[1::2]))
         voters = ",".join(f"{n + 1}@127.0.0.1:{c}" for n, (_, c) in enumerate(ports))
         cluster_id = random_cluster_id()
         self.nodes = [ReferenceKafka(self.workdir / f"n{n + 1}", port=p, overrides=overrides, heap=heap,
@@ -312,10 +344,30 @@ class ReferenceKafkaCluster:
             deadline = time.monotonic() + timeout_s
             for n in self.nodes:
                 n.wait_ready(max(deadline - time.monotonic(), 1.0))
+            # A node answers ApiVersions once it has registered, but the controller may not
+            # have unfenced every broker yet: until it has, creating an RF-N topic fails with
+            # INVALID_REPLICATION_FACTOR ("only 2 broker(s) are registered").
+            self.wait_registered(deadline)
         except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError):
             self.stop()
             raise
         return self
+
+    def wait_registered(self, deadline: float) -> None:
+        """Until every node's Metadata answer lists every broker."""
+        seen: list[int] = []
+        while time.monotonic() < deadline:
+            try:
+                seen = [registered_brokers("127.0.0.1", n.port) for n in self.nodes]
+            except OSError:
+                seen = [-1]  # a node not answering yet counts as not seeing the others
+            if seen and min(seen) >= len(self.nodes):
+                return
+            for n in self.nodes:
+                if n.proc is not None and n.proc.poll() is not None:
+                    raise RuntimeError(f"Kafka node {n.node_id} exited with {n.proc.returncode}:\n{n.log_tail()}")
+            time.sleep(0.1)
+        raise TimeoutError(f"Kafka nodes list {seen} brokers, not {len(self.nodes)}, at the deadline")
 
     def alive(self) -> bool:
         return all(n.alive() for n in self.nodes)
