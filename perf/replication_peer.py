@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -292,7 +293,7 @@ def keep_logs(workdir: Path, logs: Path, prefix: str) -> None:
         node = f.stem if f.name != "kafka.log" else f.parent.name
         dest = logs / f"{prefix}-{node}.log"
         shutil.copyfile(f, dest)
-        text = dest.read_text(errors="replace")
+        text = re.sub(r"\x1b\[[0-9;]*m", "", dest.read_text(errors="replace"))  # Strata's log colours
         log(f"  {dest.name}: {text.count(' WARN ')} WARN, {text.count(' ERROR ')} ERROR lines")
 
 
