@@ -18,6 +18,24 @@ Before every run the page cache is synced and the disk left to go idle (`settle`
 broker's run pays for the writeback of the one before it.
 Broker CPU is read from /proc (utime + stime of the broker process) around each produce run.
 
+Partition counts (issue 14: "the matrix includes 1 and 1,000 partitions"; "5,000 partitions,
+1 KiB acks=all, 4 producers: >= 0.7x the 8-partition figure; >= Kafka"): produce 1 KiB
+acks=all from 4 producers (`strata bench`, the flags of perf/partitions_ab.sh) to a topic of
+1, 8, 1,000 and 5,000 partitions, on every broker alike: create the topic and wait until every
+partition has a leader and answers ListOffsets (Kafka takes a while at 5,000; at most
+TOPIC_READY_TIMEOUT_S), an untimed run of 4 x P batches so each producer writes every
+partition once (as WARM_EVERY_PARTITION=1 in perf/partitions_ab.sh: no partition's first
+write, which creates its files, lands in the measured window), wait until no broker has a
+deleted log left to unlink (Kafka unlinks a deleted topic's files 60 s later,
+log.segment.delete.delay.ms as shipped: GBs freed in someone else's run otherwise), settle,
+the measured run (2 s warm-up, then --seconds), delete the topic. Broker CPU per GB counts
+the measured run's 2 s warm-up too, as in the other figures. The report adds a table with each broker's
+ratio to its own 8-partition figure (1,000/8 and 5,000/8), Strata's ratio to each peer, broker
+CPU per GB, p99 and the descriptors each broker had open. Open files: the brokers inherit a
+raised RLIMIT_NOFILE (OPEN_FILES_MAX, hard limit too when run as root), since Kafka keeps
+every partition's active segment open. `--figures "4 producers"` runs only these four (the
+full set takes ~10 minutes a round at --seconds 6; "acks=all" now selects them too).
+
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
        (also `perf/run.sh --peer kafka [same options]`)
 Needs: target/release/strata (or STRATA_BIN), tests/kafka/lib (tests/fetch-jars.sh kafka),
@@ -32,6 +50,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -83,6 +102,10 @@ class Strata:
         assert self.proc is not None
         return self.proc.pid
 
+    @property
+    def data_dir(self) -> Path:
+        return self.workdir / "data"
+
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.workdir / "strata.log", "ab")
@@ -128,6 +151,10 @@ class Kafka:
     def pid(self) -> int:
         assert self.ref.proc is not None
         return self.ref.proc.pid
+
+    @property
+    def data_dir(self) -> Path:
+        return self.ref.data_dir
 
     def start(self) -> None:
         self.ref.start()
@@ -207,6 +234,82 @@ def delete_topic(broker, topic: str) -> None:
     subprocess.run([str(BIN), "topic", "delete", topic, "--bootstrap", broker.bootstrap],
                    capture_output=True, timeout=60)
     time.sleep(1)  # Kafka deletes asynchronously; let the files go before the next figure
+
+
+def create_topic_ready(broker, topic: str, partitions: int, timeout_s: float) -> float:
+    """Creates `topic` and waits until every partition has a leader and answers ListOffsets
+    (`strata topic describe` shows a leader and a numeric log end offset on each line):
+    Kafka applies a 5,000-partition topic's metadata and creates its logs for a while after
+    CreateTopics returns. Returns the seconds it took; RuntimeError after `timeout_s`."""
+    started = time.monotonic()
+    subprocess.run([str(BIN), "topic", "create", topic, "--partitions", str(partitions),
+                    "--bootstrap", broker.bootstrap], capture_output=True, timeout=timeout_s)
+    ready = 0
+    while time.monotonic() - started < timeout_s:
+        r = subprocess.run([str(BIN), "topic", "describe", topic, "--bootstrap", broker.bootstrap],
+                           capture_output=True, text=True, timeout=timeout_s)
+        lines = [line for line in r.stdout.splitlines() if line.startswith("\tPartition: ")]
+        ready = sum(1 for line in lines
+                    if re.search(r"\tLeader: \d+\t", line) and re.search(r"\tLogEndOffset: \d+", line))
+        if r.returncode == 0 and ready == partitions:
+            return time.monotonic() - started
+        time.sleep(1)
+    raise RuntimeError(f"{topic}: {ready} of {partitions} partitions ready after {timeout_s:.0f} s")
+
+
+# A deleted topic's files go later: Kafka renames each log `...-delete` and unlinks it
+# `log.segment.delete.delay.ms` (60 s as shipped) afterwards, Strata on a removal thread.
+DELETIONS_WAIT_MAX_S = 120
+
+
+def pending_deletions(brokers) -> int:
+    """Logs renamed `-delete` (both brokers' marker for a deleted log not yet removed) under
+    the brokers' data directories, or one level below them."""
+    count = 0
+    for b in brokers:
+        for top in [b.data_dir, *(d for d in b.data_dir.iterdir() if d.is_dir())]:
+            count += sum(1 for d in top.iterdir() if d.name.endswith("-delete"))
+    return count
+
+
+def wait_deletions(brokers) -> None:
+    """Waits (at most DELETIONS_WAIT_MAX_S) until no broker has a deleted log left to unlink,
+    so no deletion of an earlier figure's data (GBs freed with `discard`) lands in a
+    measured run; logs the wait."""
+    started = time.monotonic()
+    left = pending_deletions(brokers)
+    while left and time.monotonic() - started < DELETIONS_WAIT_MAX_S:
+        time.sleep(1)
+        left = pending_deletions(brokers)
+    if time.monotonic() - started > 1 or left:
+        log(f"  waited {time.monotonic() - started:.0f} s for deleted logs to be removed; {left} left")
+
+
+def open_files(pid: int) -> tuple[int, int]:
+    """Descriptors open in process `pid` now, and its soft RLIMIT_NOFILE."""
+    count = len(os.listdir(f"/proc/{pid}/fd"))
+    limit = -1
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            limit = int(line.split()[3])
+    return count, limit
+
+
+# Open files for every broker: Kafka keeps each partition's active segment open (and maps its
+# two indexes), so 5,000 partitions take 5,000+ descriptors. Set in this process before the
+# brokers start, so all three inherit the same limit (the JVM and Strata raise their soft
+# limit to the hard one themselves).
+OPEN_FILES_MAX = 200_000
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max(hard, OPEN_FILES_MAX) if hard != resource.RLIM_INFINITY else hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))  # raising the hard limit needs root
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def dirty_mb() -> float:
@@ -293,6 +396,58 @@ def fig_open_loop(broker, rnd, ctx) -> dict:
     r["offered_rate"] = rate
     delete_topic(broker, topic)
     return r
+
+
+# The partition-count matrix (issue 14: "the matrix includes 1 and 1,000 partitions";
+# "5,000 partitions, 1 KiB acks=all, 4 producers: >= 0.7x the 8-partition figure; >= Kafka").
+PARTITION_COUNTS = (1, 8, 1_000, 5_000)
+# Topic creation, until every partition has a leader: Kafka at 5,000 partitions takes a while.
+TOPIC_READY_TIMEOUT_S = 300
+# `strata bench produce` sends one batch of 128 records (128 KiB of 1 KiB values) per request,
+# producer i's k-th request to partition (i + k) mod P, every run starting at partition 0: so
+# 4 x P batches have each of the 4 producers write every partition once.
+RECORDS_PER_BATCH = 128
+PARTITION_PRODUCERS = 4
+
+
+def partitions_title(count: int) -> str:
+    return (f"produce 1 KiB acks=all, {count:,} partition{'s' if count != 1 else ''}, "
+            f"{PARTITION_PRODUCERS} producers (strata bench, every partition written first)")
+
+
+def fig_partitions(count: int):
+    """1 KiB acks=all from 4 producers to a topic of `count` partitions, in the steady state:
+    the topic is created and waited for until every partition has a leader, then an untimed
+    run writes every partition (4 x `count` batches; the first write to a partition creates
+    its files, which is not what this figure measures; see perf/partitions_ab.sh's
+    WARM_EVERY_PARTITION), the disk is settled, and the measured run follows (its own 2 s
+    warm-up, then `seconds`). The same steps and client for every broker."""
+    def fig(broker, rnd, ctx) -> dict:
+        topic = f"parts{count}-{rnd}"
+        base = ["produce", "--topic", topic, "--partitions", str(count), "--record-size", "1024",
+                "--producers", str(PARTITION_PRODUCERS), "--acks", "all"]
+        try:
+            created_s = create_topic_ready(broker, topic, count, TOPIC_READY_TIMEOUT_S)
+            started = time.monotonic()
+            warm = strata_bench(broker, f"{broker.name} warm {count} partitions",
+                                base + ["--records", str(PARTITION_PRODUCERS * count * RECORDS_PER_BATCH)],
+                                ctx["commands"])
+            warm_s = time.monotonic() - started
+            if warm.get("failed") or warm.get("errors"):
+                return {"failed": True, "error": f"warm-up run: {warm.get('error') or warm.get('errors')}"}
+            wait_deletions(ctx["brokers"])
+            settle()
+            r = with_cpu(broker, lambda: strata_bench(broker, f"{broker.name} {count} partitions", base + [
+                "--warmup", "2", "--duration", str(ctx["seconds"])], ctx["commands"]))
+            r["open_files"], r["open_files_limit"] = open_files(broker.pid)
+            r.update({"partitions": count, "topic_ready_s": round(created_s, 1), "warm_s": round(warm_s, 1),
+                      "warm_mb_per_sec": warm.get("mb_per_sec")})
+            log(f"  topic ready after {created_s:.1f} s; warm run {warm_s:.1f} s; "
+                f"{r['open_files']:,} files open (limit {r['open_files_limit']:,})")
+            return r
+        finally:
+            delete_topic(broker, topic)
+    return fig
 
 
 PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg "
@@ -412,7 +567,9 @@ FIGURES = [
     ("consume cold from disk (after a restart, page cache emptied), 2 partitions", "mb_per_sec", "MB/s", fig_cold_read),
     ("consume cold from disk, Kafka's ConsumerPerformance (Java client), 2 partitions", "mb_per_sec", "MB/s",
      fig_cold_read_java),
+    *[(partitions_title(n), "mb_per_sec", "MB/s", fig_partitions(n)) for n in PARTITION_COUNTS],
 ]
+PARTITION_TITLES = {partitions_title(n): n for n in PARTITION_COUNTS}
 
 
 def value_of(result: dict, key: str):
@@ -456,13 +613,66 @@ def fio_limits(data_dir: Path, out: Path) -> dict:
 
 
 # ------------------------------------------------------------------ report
+def median_of(runs: list[dict], key: str):
+    vals = [v for v in (value_of(r, key) for r in runs) if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def partitions_report(results: dict, brokers: list[str]) -> list[str]:
+    """The partition-count figures side by side: per broker the MB/s, its ratio to the same
+    broker's 8-partition figure, the broker CPU per GB and the p99; then Strata's ratio to
+    each peer. Medians over the rounds."""
+    counts = [(PARTITION_TITLES[t], t) for t in results if t in PARTITION_TITLES]
+    if not counts:
+        return []
+    med = {(n, b): median_of(results[t][b], "mb_per_sec") for n, t in counts for b in brokers}
+
+    def fmt(v, spec: str, suffix: str = "") -> str:
+        return "-" if v is None else f"{v:{spec}}{suffix}"
+
+    def div(a, b):
+        return a / b if a is not None and b else None
+    lines = [f"Partition counts: produce 1 KiB acks=all, {PARTITION_PRODUCERS} producers (strata bench), "
+             "every partition written once before the measured run; medians (MB/s; ratio to the "
+             "same broker's 8 partitions; broker CPU s per GB; client p99 ms):", ""]
+    head = ["partitions", *(f"{b} MB/s" for b in brokers), *(f"{b} / its 8" for b in brokers),
+            *(f"strata / {b}" for b in brokers if b != "strata"), *(f"{b} CPU s/GB" for b in brokers),
+            *(f"{b} p99 ms" for b in brokers), "client errors + failed runs", "files open (max)"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for n, t in sorted(counts):
+        runs = results[t]
+        cells = [f"{n:,}"]
+        cells += [fmt(med[(n, b)], ",.1f") for b in brokers]
+        cells += [fmt(div(med[(n, b)], med.get((8, b))), ".2f", "x") for b in brokers]
+        cells += [fmt(div(med[(n, "strata")], med[(n, b)]), ".2f", "x") for b in brokers if b != "strata"]
+        for b in brokers:
+            cpu = [r["broker_cpu_s_per_gb"] for r in runs[b] if r.get("broker_cpu_s_per_gb")]
+            cells.append(fmt(statistics.median(cpu) if cpu else None, ".2f"))
+        cells += [fmt(median_of(runs[b], "p99_ms"), ",.1f") for b in brokers]
+        cells.append(" / ".join(str(sum(r.get("errors", 0) or 0 for r in runs[b])
+                                    + sum(1 for r in runs[b] if r.get("failed"))) for b in brokers))
+        cells.append(" / ".join(f"{max((r.get('open_files', 0) for r in runs[b]), default=0):,}"
+                                for b in brokers))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Per run (MB/s, in round order): " + "; ".join(
+        f"{n:,} partitions: " + ", ".join(
+            f"{b} " + "/".join(fmt(value_of(r, 'mb_per_sec'), ".0f") for r in results[t][b]) for b in brokers)
+        for n, t in sorted(counts)) + ". Topic ready after (s, max): " + "; ".join(
+        f"{n:,}: " + ", ".join(f"{b} {max((r.get('topic_ready_s', 0) for r in results[t][b]), default=0)}"
+                               for b in brokers) for n, t in sorted(counts)) + ".")
+    lines.append("")
+    return lines
+
+
 def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: str) -> str:
     lines = [f"### Strata beside Apache Kafka 4.1.1 (`perf/run.sh --peer kafka`, {started})", ""]
     lines.append(f"Build {ctx['build']}; {ctx['rounds']} round(s), medians; {ctx['seconds']} s measured per "
                  f"strata-bench run (2 s warm-up); load average at start {ctx['load_start']}, at end "
                  f"{ctx['load_end']}. Machine limits of this run: fio direct write "
                  f"{limits.get('fio_write_mb_s')} MB/s, direct read {limits.get('fio_read_mb_s')} MB/s, "
-                 f"fdatasync p99 {limits.get('fdatasync_p99_ms')} ms (16 KiB).")
+                 f"fdatasync p99 {limits.get('fdatasync_p99_ms')} ms (16 KiB). Open files limit given to "
+                 f"the brokers (soft, hard): {ctx.get('open_files_limit')}.")
     lines.append("")
     head = "| figure | " + " | ".join(brokers) + " | strata / kafka | strata / kafka-flush1 |"
     lines += [head, "|" + "---|" * (len(brokers) + 3)]
@@ -482,6 +692,8 @@ def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: 
         lines.append(f"| {title} ({unit}) | " + " | ".join(cells) + f" | {ratio('kafka')} | {ratio('kafka-flush1')} |")
     cpu_rows = []
     for title in results:
+        if title in PARTITION_TITLES:
+            continue  # in the partition table below
         vals = {b: [r.get("broker_cpu_s_per_gb") for r in results[title][b] if r.get("broker_cpu_s_per_gb")]
                 for b in brokers}
         if any(vals.values()):
@@ -508,6 +720,7 @@ def report(results: dict, limits: dict, ctx: dict, brokers: list[str], started: 
                      + ", ".join(f"{b} round {r['round'] + 1} {r['cache_resident_before_bytes'] / 1e6:,.0f}"
                                  f" -> {r['cache_resident_after_bytes'] / 1e6:,.1f}" for b, r in cold) + ".")
         lines.append("")
+    lines += partitions_report(results, brokers)
     errors = {b: sum(r.get("errors", 0) or 0 for t in results for r in results[t][b]) for b in brokers}
     failed = {b: sum(1 for t in results for r in results[t][b] if r.get("failed")) for b in brokers}
     lines.append("Errors seen by the clients: " + ", ".join(f"{b} {errors[b]}" for b in brokers)
@@ -547,6 +760,9 @@ def main() -> int:
     brokers = [Strata(args.data_dir / "strata"),
                Kafka("kafka", args.data_dir / "kafka", {}),
                Kafka("kafka-flush1", args.data_dir / "kafka-flush1", {"log.flush.interval.messages": "1"})]
+    ctx["brokers"] = brokers
+    ctx["open_files_limit"] = raise_open_files_limit()
+    log(f"open files limit for the brokers (soft, hard): {ctx['open_files_limit']}")
     results = {title: {b.name: [] for b in brokers} for title, *_ in figures}
     raw = open(args.out / "results.jsonl", "w")
     try:
