@@ -21,20 +21,21 @@ Broker CPU is read from /proc (utime + stime of the broker process) around each 
 Partition counts (issue 14: "the matrix includes 1 and 1,000 partitions"; "5,000 partitions,
 1 KiB acks=all, 4 producers: >= 0.7x the 8-partition figure; >= Kafka"): produce 1 KiB
 acks=all from 4 producers (`strata bench`, the flags of perf/partitions_ab.sh) to a topic of
-1, 8, 1,000 and 5,000 partitions, on every broker alike: create the topic and wait until every
-partition has a leader and answers ListOffsets (Kafka takes a while at 5,000; at most
-TOPIC_READY_TIMEOUT_S), an untimed run of 4 x P batches so each producer writes every
-partition once (as WARM_EVERY_PARTITION=1 in perf/partitions_ab.sh: no partition's first
-write, which creates its files, lands in the measured window), wait until no broker has a
-deleted log left to unlink (Kafka unlinks a deleted topic's files 60 s later,
-log.segment.delete.delay.ms as shipped: GBs freed in someone else's run otherwise), settle,
-the measured run (2 s warm-up, then --seconds), delete the topic. Broker CPU per GB counts
-the measured run's 2 s warm-up too, as in the other figures. The report adds a table with each broker's
-ratio to its own 8-partition figure (1,000/8 and 5,000/8), Strata's ratio to each peer, broker
-CPU per GB, p99 and the descriptors each broker had open. Open files: the brokers inherit a
-raised RLIMIT_NOFILE (OPEN_FILES_MAX, hard limit too when run as root), since Kafka keeps
-every partition's active segment open. `--figures "4 producers"` runs only these four (the
-full set takes ~10 minutes a round at --seconds 6; "acks=all" now selects them too).
+1, 8, 1,000 and 5,000 partitions, every broker alike: create the topic and wait until every
+partition has a leader and answers ListOffsets (Kafka takes ~30 s at 5,000; at most
+TOPIC_READY_TIMEOUT_S); an untimed run of 4 x max(P, 512) batches, so each producer writes
+every partition once (as WARM_EVERY_PARTITION=1 in perf/partitions_ab.sh: no partition's
+first write, which creates its files, lands in the measured window) and the JVM is warm at
+1 and 8 partitions too; wait until no broker has a deleted log left to unlink (Kafka unlinks
+a deleted topic's files 60 s after the delete, log.segment.delete.delay.ms as shipped, i.e.
+in another broker's run otherwise); settle; the measured run (2 s warm-up, then --seconds);
+delete the topic. Broker CPU per GB counts the measured run's 2 s warm-up too, as in the
+other figures. The report adds a table with each broker's ratio to its own 8-partition
+figure (1,000/8 and 5,000/8), Strata's ratio to each peer, CPU per GB, p99 and the
+descriptors each broker had open. Open files: the brokers inherit a raised RLIMIT_NOFILE
+(OPEN_FILES_MAX where this process may raise the hard limit, else the hard limit), since
+Kafka keeps every partition's active segment open. `--figures "4 producers"` runs only these
+four ("acks=all" now selects them too); they take 8-10 minutes a round at --seconds 6.
 
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
        (also `perf/run.sh --peer kafka [same options]`)
@@ -408,6 +409,9 @@ TOPIC_READY_TIMEOUT_S = 300
 # 4 x P batches have each of the 4 producers write every partition once.
 RECORDS_PER_BATCH = 128
 PARTITION_PRODUCERS = 4
+# The untimed run sends at least this many batches per producer (64 MiB of values each), so
+# at 1 and 8 partitions it also warms the brokers up (Kafka's JIT) as it does at 1,000+.
+WARM_BATCHES_PER_PRODUCER_MIN = 512
 
 
 def partitions_title(count: int) -> str:
@@ -418,10 +422,11 @@ def partitions_title(count: int) -> str:
 def fig_partitions(count: int):
     """1 KiB acks=all from 4 producers to a topic of `count` partitions, in the steady state:
     the topic is created and waited for until every partition has a leader, then an untimed
-    run writes every partition (4 x `count` batches; the first write to a partition creates
-    its files, which is not what this figure measures; see perf/partitions_ab.sh's
-    WARM_EVERY_PARTITION), the disk is settled, and the measured run follows (its own 2 s
-    warm-up, then `seconds`). The same steps and client for every broker."""
+    run writes every partition (4 x max(`count`, 512) batches; the first write to a partition
+    creates its files, which is not what this figure measures; see perf/partitions_ab.sh's
+    WARM_EVERY_PARTITION), earlier deletions are waited for, the disk is settled, and the
+    measured run follows (its own 2 s warm-up, then `seconds`). The same steps and client
+    for every broker."""
     def fig(broker, rnd, ctx) -> dict:
         topic = f"parts{count}-{rnd}"
         base = ["produce", "--topic", topic, "--partitions", str(count), "--record-size", "1024",
@@ -430,7 +435,8 @@ def fig_partitions(count: int):
             created_s = create_topic_ready(broker, topic, count, TOPIC_READY_TIMEOUT_S)
             started = time.monotonic()
             warm = strata_bench(broker, f"{broker.name} warm {count} partitions",
-                                base + ["--records", str(PARTITION_PRODUCERS * count * RECORDS_PER_BATCH)],
+                                base + ["--records", str(PARTITION_PRODUCERS * RECORDS_PER_BATCH
+                                                         * max(count, WARM_BATCHES_PER_PRODUCER_MIN))],
                                 ctx["commands"])
             warm_s = time.monotonic() - started
             if warm.get("failed") or warm.get("errors"):
@@ -656,7 +662,7 @@ def partitions_report(results: dict, brokers: list[str]) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Per run (MB/s, in round order): " + "; ".join(
-        f"{n:,} partitions: " + ", ".join(
+        f"{n:,} partition{'s' if n != 1 else ''}: " + ", ".join(
             f"{b} " + "/".join(fmt(value_of(r, 'mb_per_sec'), ".0f") for r in results[t][b]) for b in brokers)
         for n, t in sorted(counts)) + ". Topic ready after (s, max): " + "; ".join(
         f"{n:,}: " + ", ".join(f"{b} {max((r.get('topic_ready_s', 0) for r in results[t][b]), default=0)}"
