@@ -35,7 +35,7 @@ figure (1,000/8 and 5,000/8), Strata's ratio to each peer, CPU per GB, p99 and t
 descriptors each broker had open. Open files: the brokers inherit a raised RLIMIT_NOFILE
 (OPEN_FILES_MAX where this process may raise the hard limit, else the hard limit), since
 Kafka keeps every partition's active segment open. `--figures "4 producers"` runs only these
-four ("acks=all" now selects them too); they take 8-10 minutes a round at --seconds 6.
+four ("acks=all" now selects them too); they take ~12 minutes a round at --seconds 5.
 
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
        (also `perf/run.sh --peer kafka [same options]`)
