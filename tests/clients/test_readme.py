@@ -56,6 +56,7 @@ RESTART_WITH = re.compile(r"^((?:[A-Z_]+=\S+ )+)" + re.escape(START_COMMAND) + "
 NOT_RUN = {
     "bash .ci/run": "the test suite itself (this test is part of it)",
     "perf/run.sh": "the benchmark matrix: machine limits with fio/iperf3, tens of minutes",
+    "perf/replication.sh --peer kafka": "two 3-node clusters (Strata, Apache Kafka) side by side, ~12 minutes a round",
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
