@@ -318,14 +318,15 @@ def dirty_mb() -> float:
     return 0.0
 
 
-def disk_sectors() -> int:
-    """Sectors read + written so far by the machine's disk(s) (/proc/diskstats)."""
+def disk_sectors(read: bool = True) -> int:
+    """Sectors written (and, with `read`, read) so far by the machine's disk(s)
+    (/proc/diskstats fields 10 and 6)."""
     total = 0
     with open("/proc/diskstats") as f:
         for line in f:
             p = line.split()
             if p[2] in ("vda", "sda", "nvme0n1"):
-                total += int(p[5]) + int(p[9])
+                total += int(p[9]) + (int(p[5]) if read else 0)
     return total
 
 

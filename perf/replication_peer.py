@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT / "tests" / "kafka"))
 sys.path.insert(0, str(ROOT / "perf"))
 import reference_kafka  # noqa: E402
 from reference_kafka import ReferenceKafkaCluster, free_ports  # noqa: E402
-from peer import cpu_seconds, dirty_mb, fio_limits, log, settle  # noqa: E402
+from peer import cpu_seconds, dirty_mb, disk_sectors, fio_limits, log, settle  # noqa: E402
 
 BIN = Path(os.environ.get("STRATA_BIN", ROOT / "target" / "release" / "strata"))
 PARTITIONS = 8
@@ -95,17 +95,6 @@ def foreign_load(ours: list[int]) -> list[str]:
 
 def strata_cmd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def disk_sectors_written() -> int:
-    """Sectors written so far by the machine's disk(s) (/proc/diskstats, field 10)."""
-    total = 0
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if p[2] in ("vda", "sda", "nvme0n1"):
-                total += int(p[9])
-    return total
 
 
 class StrataCluster:
@@ -248,13 +237,13 @@ def run_bench(dep, label: str, topic: str, case: str, ctx: dict, measured: bool 
     # topic up in well under the 0.3 s added here) and ends when it exits.
     time.sleep(max(warmup + 0.3 - (time.monotonic() - t_start), 0))
     cpu0 = [cpu_seconds(p) for p in dep.pids]
-    disk0, t0 = disk_sectors_written(), time.monotonic()
+    disk0, t0 = disk_sectors(read=False), time.monotonic()
     try:
         stdout, stderr = proc.communicate(timeout=BENCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         stdout, stderr = proc.communicate()
-    t1, disk1 = time.monotonic(), disk_sectors_written()
+    t1, disk1 = time.monotonic(), disk_sectors(read=False)
     cpu1 = [cpu_seconds(p) for p in dep.pids]
     lines = [line for line in stdout.splitlines() if line.strip().startswith("{")]
     try:
@@ -297,20 +286,21 @@ def keep_logs(workdir: Path, logs: Path, prefix: str) -> None:
         log(f"  {dest.name}: {text.count(' WARN ')} WARN, {text.count(' ERROR ')} ERROR lines")
 
 
-def rec_rate(r: dict):
+def produce_rate(r: dict, unit: str):
+    """A run's produce rate, `unit` "records" or "mb": an e2e run reports it among its extras."""
     if r.get("failed"):
         return None
     if r.get("mode") == "e2e":
-        return (r.get("extra") or {}).get("produce_records_per_sec")
-    return r.get("records_per_sec")
+        return (r.get("extra") or {}).get(f"produce_{unit}_per_sec")
+    return r.get(f"{unit}_per_sec")
+
+
+def rec_rate(r: dict):
+    return produce_rate(r, "records")
 
 
 def mb_rate(r: dict):
-    if r.get("failed"):
-        return None
-    if r.get("mode") == "e2e":
-        return (r.get("extra") or {}).get("produce_mb_per_sec")
-    return r.get("mb_per_sec")
+    return produce_rate(r, "mb")
 
 
 def lat(r: dict, key: str):
