@@ -171,8 +171,8 @@ pub async fn prepare(dir: &Path, topic_id: u128) -> Result<Prepared, Error> {
 /// Creates `dir` with its `partition.metadata`, durable before any log file is written.
 /// Runs on a shard: the mkdir goes to glommio's blocking pool and the parent's fsync to
 /// io_uring, so the shard's other partitions are served meanwhile (a blocking fsync of the
-/// data directory waited for the disk's cache flush: measured 10-100+ ms under load, once
-/// per partition created).
+/// data directory held the event loop for the disk's cache flush, once per partition
+/// created: seen in D state in `blkdev_issue_flush`, perf/RESULTS.md).
 async fn create(dir: &Path, topic_id: u128) -> Result<(), Error> {
     // glommio opens directories with dirfd -1 rather than AT_FDCWD (see `sync_dir`).
     let abs = std::path::absolute(dir).map_err(|e| Error::io(dir, "resolve dir", e))?;
