@@ -2,7 +2,8 @@
 # A/B produce throughput of two broker binaries in the same run, alternating A B A B ...
 # Usage: perf/produce_ab.sh BIN_A BIN_B [ROUNDS] [bench produce flags...]
 # Prints one line per run: label records/s MB/s p99_us broker_cpu_ticks (utime + stime of the
-# broker process over the bench, io_uring workers included), then the median MB/s of each side.
+# broker process over the bench, io_uring workers included) rss_mb (the broker's resident size
+# 1 s after the bench: what it gives back once the load stops), then the median MB/s of each side.
 # ORDER sets the order within a round (default "A B"; "A B B A" evens out drift). Between
 # runs the disk is left to go idle (perf/idle_disk.sh): deleting the GBs a run wrote keeps a
 # `discard` mount busy into the next run.
@@ -25,8 +26,9 @@ one() {
   t0=$(awk '{print $14+$15}' /proc/$pid/stat)
   "$B" bench produce --bootstrap 127.0.0.1:$port --topic ab "${FLAGS[@]}" --json --label "$label" >"$dir/bench.json" 2>/dev/null || true
   t1=$(awk '{print $14+$15}' /proc/$pid/stat)
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["label"], round(r["records_per_sec"]), round(r["mb_per_sec"],1), r["latency_us"]["p99"], sys.argv[2])' \
-    "$dir/bench.json" "$((t1 - t0))" || echo "$label FAILED (no bench result)"
+  sleep 1; rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' /proc/$pid/status)
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["label"], round(r["records_per_sec"]), round(r["mb_per_sec"],1), r["latency_us"]["p99"], sys.argv[2], sys.argv[3])' \
+    "$dir/bench.json" "$((t1 - t0))" "$rss" || echo "$label FAILED (no bench result)"
   kill $pid; wait $pid 2>/dev/null || true; rm -rf "$dir"; sync; wait_idle_disk >/dev/null
 }
 # Each run's line is printed as it comes and kept in a file for the summary (not with
