@@ -116,6 +116,7 @@ pub fn start(mut config: Config) -> Result<Broker, StartError> {
     )?;
     let nr_shards = cpu_plan.nr_shards;
     info!(shards = nr_shards, placement = %cpu_plan.describe(), "shard placement");
+    crate::alloc::start_memory_trimmer();
     let roles = config.roles().map_err(|message| {
         StartError::Cluster(crate::cluster::quorum::QuorumError::Config(message))
     })?;
@@ -423,21 +424,15 @@ async fn shard_main(
     info!(shard, "stopped");
 }
 
-/// Re-measures the data directory's free space every `DISK_SPACE_POLL_MS`, and gives freed
-/// heap memory back to the kernel every `MEMORY_TRIM_INTERVAL_MS`, so the resident size
-/// follows the memory budget instead of its high-water mark.
+/// Re-measures the data directory's free space every `DISK_SPACE_POLL_MS` and logs the memory
+/// budget's use now and then. (Freed heap memory is given back by `alloc`'s own thread.)
 async fn housekeeping_loop(ctx: Rc<ShardCtx>) {
     let period = Duration::from_millis(crate::storage::space::DISK_SPACE_POLL_MS);
-    let trim_every =
-        (crate::limits::MEMORY_TRIM_INTERVAL_MS / crate::storage::space::DISK_SPACE_POLL_MS).max(1);
     let mut tick = 0u64;
     loop {
         glommio::timer::sleep(period).await;
         ctx.shared.disk.refresh();
         tick += 1;
-        if tick.is_multiple_of(trim_every) {
-            crate::alloc::release_free_memory();
-        }
         if tick.is_multiple_of(BUDGET_LOG_EVERY_TICKS) {
             use crate::storage::MemoryClass;
             let b = &ctx.budget;
