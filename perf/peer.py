@@ -42,7 +42,8 @@ Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--q
 Needs: target/release/strata (or STRATA_BIN), tests/kafka/lib (tests/fetch-jars.sh kafka),
 fio (installed from Debian's packages if missing), util-linux `fincore` (to show the page
 cache was emptied before the cold-read figure). `--figures TEXT` runs only the figures whose
-title contains TEXT.
+title contains TEXT, or one of several texts separated by `|` (`--figures "acks=all, 16|open
+loop"`: the closed-loop figure whose rate the open-loop one halves, and that one).
 """
 
 from __future__ import annotations
@@ -741,9 +742,11 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="small runs, to check the harness")
     p.add_argument("--no-limits", action="store_true")
     p.add_argument("--figures", default="",
-                   help="run only the figures whose title contains this text (e.g. 'cold')")
+                   help="run only the figures whose title contains this text, or one of several "
+                        "separated by '|' (e.g. 'cold')")
     args = p.parse_args()
-    figures = [f for f in FIGURES if args.figures.lower() in f[0].lower()]
+    wanted = [t.strip().lower() for t in args.figures.split("|")]
+    figures = [f for f in FIGURES if any(t in f[0].lower() for t in wanted)]
     if not figures:
         p.error(f"no figure title contains {args.figures!r}")
     ctx = {"seconds": args.seconds, "rounds": args.rounds, "commands": [],
