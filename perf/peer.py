@@ -26,7 +26,8 @@ partition has a leader and answers ListOffsets (Kafka takes ~30 s at 5,000; at m
 TOPIC_READY_TIMEOUT_S); an untimed run of 4 x max(P, 512) batches, so each producer writes
 every partition once (as WARM_EVERY_PARTITION=1 in perf/partitions_ab.sh: no partition's
 first write, which creates its files, lands in the measured window) and the JVM is warm at
-1 and 8 partitions too; wait until no broker has a deleted log left to unlink (Kafka unlinks
+1 and 8 partitions too; a second untimed run of STEADY_WARM_S (30 s), since Kafka is slow on a
+new 1,000-partition topic for its first ~25 s; wait until no broker has a deleted log left to unlink (Kafka unlinks
 a deleted topic's files 60 s after the delete, log.segment.delete.delay.ms as shipped, i.e.
 in another broker's run otherwise); settle; the measured run (2 s warm-up, then --seconds);
 delete the topic. Broker CPU per GB counts the measured run's 2 s warm-up too, as in the
@@ -35,7 +36,7 @@ figure (1,000/8 and 5,000/8), Strata's ratio to each peer, CPU per GB, p99 and t
 descriptors each broker had open. Open files: the brokers inherit a raised RLIMIT_NOFILE
 (OPEN_FILES_MAX where this process may raise the hard limit, else the hard limit), since
 Kafka keeps every partition's active segment open. `--figures "4 producers"` runs only these
-four ("acks=all" now selects them too); they take ~12 minutes a round at --seconds 5.
+four ("acks=all" now selects them too); they take ~18 minutes a round at --seconds 5.
 
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
        (also `perf/run.sh --peer kafka [same options]`)
@@ -410,6 +411,11 @@ PARTITION_PRODUCERS = 4
 # The untimed run sends at least this many batches per producer (64 MiB of values each), so
 # at 1 and 8 partitions it also warms the brokers up (Kafka's JIT) as it does at 1,000+.
 WARM_BATCHES_PER_PRODUCER_MIN = 512
+# Then a second untimed run of this many seconds, for every broker and count alike: Kafka on a
+# new 1,000-partition topic ran at ~12 MB/s for at least its first 2 GB / 25 s and then at
+# ~400 MB/s (perf/RESULTS.md, "Partition counts beside Apache Kafka"), so without it the figure
+# measured Kafka's start-up phase, not its steady state.
+STEADY_WARM_S = 30
 
 
 def partitions_title(count: int) -> str:
@@ -422,7 +428,8 @@ def fig_partitions(count: int):
     the topic is created and waited for until every partition has a leader, then an untimed
     run writes every partition (4 x max(`count`, 512) batches; the first write to a partition
     creates its files, which is not what this figure measures; see perf/partitions_ab.sh's
-    WARM_EVERY_PARTITION), earlier deletions are waited for, the disk is settled, and the
+    WARM_EVERY_PARTITION), a second untimed run of STEADY_WARM_S seconds lets a broker that is
+    slow on a new topic reach its steady state, earlier deletions are waited for, the disk is settled, and the
     measured run follows (its own 2 s warm-up, then `seconds`). The same steps and client
     for every broker."""
     def fig(broker, rnd, ctx) -> dict:
@@ -439,14 +446,21 @@ def fig_partitions(count: int):
             warm_s = time.monotonic() - started
             if warm.get("failed") or warm.get("errors"):
                 return {"failed": True, "error": f"warm-up run: {warm.get('error') or warm.get('errors')}"}
+            steady = strata_bench(broker, f"{broker.name} steady warm-up {count} partitions", base + [
+                "--warmup", "0", "--duration", str(STEADY_WARM_S)], ctx["commands"])
+            if steady.get("failed") or steady.get("errors"):
+                return {"failed": True,
+                        "error": f"steady warm-up run: {steady.get('error') or steady.get('errors')}"}
             wait_deletions(ctx["brokers"])
             settle()
             r = with_cpu(broker, lambda: strata_bench(broker, f"{broker.name} {count} partitions", base + [
                 "--warmup", "2", "--duration", str(ctx["seconds"])], ctx["commands"]))
             r["open_files"], r["open_files_limit"] = open_files(broker.pid)
             r.update({"partitions": count, "topic_ready_s": round(created_s, 1), "warm_s": round(warm_s, 1),
-                      "warm_mb_per_sec": warm.get("mb_per_sec")})
-            log(f"  topic ready after {created_s:.1f} s; warm run {warm_s:.1f} s; "
+                      "warm_mb_per_sec": warm.get("mb_per_sec"),
+                      "steady_warm_mb_per_sec": steady.get("mb_per_sec")})
+            log(f"  topic ready after {created_s:.1f} s; warm run {warm_s:.1f} s, then "
+                f"{STEADY_WARM_S} s at {steady.get('mb_per_sec')} MB/s; "
                 f"{r['open_files']:,} files open (limit {r['open_files_limit']:,})")
             return r
         finally:
