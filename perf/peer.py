@@ -26,10 +26,10 @@ partition has a leader and answers ListOffsets (Kafka takes ~30 s at 5,000; at m
 TOPIC_READY_TIMEOUT_S); an untimed run of 4 x max(P, 512) batches, so each producer writes
 every partition once (as WARM_EVERY_PARTITION=1 in perf/partitions_ab.sh: no partition's
 first write, which creates its files, lands in the measured window) and the JVM is warm at
-1 and 8 partitions too; a second untimed run of STEADY_WARM_S (30 s), since Kafka is slow on a
-new 1,000-partition topic for its first ~25 s; wait until no broker has a deleted log left to unlink (Kafka unlinks
-a deleted topic's files 60 s after the delete, log.segment.delete.delay.ms as shipped, i.e.
-in another broker's run otherwise); settle; the measured run (2 s warm-up, then --seconds);
+1 and 8 partitions too; a second untimed run of STEADY_WARM_S (30 s), since Kafka is slow on
+a new 1,000-partition topic for its first ~25 s; wait until no broker has a deleted log left
+to unlink (Kafka unlinks a deleted topic's files 60 s after the delete,
+log.segment.delete.delay.ms as shipped, i.e. in another broker's run otherwise); settle; the measured run (2 s warm-up, then --seconds);
 delete the topic. Broker CPU per GB counts the measured run's 2 s warm-up too, as in the
 other figures. The report adds a table with each broker's ratio to its own 8-partition
 figure (1,000/8 and 5,000/8), Strata's ratio to each peer, CPU per GB, p99 and the
@@ -429,8 +429,8 @@ def fig_partitions(count: int):
     run writes every partition (4 x max(`count`, 512) batches; the first write to a partition
     creates its files, which is not what this figure measures; see perf/partitions_ab.sh's
     WARM_EVERY_PARTITION), a second untimed run of STEADY_WARM_S seconds lets a broker that is
-    slow on a new topic reach its steady state, earlier deletions are waited for, the disk is settled, and the
-    measured run follows (its own 2 s warm-up, then `seconds`). The same steps and client
+    slow on a new topic reach its steady state, earlier deletions are waited for, the disk is
+    settled, and the measured run follows (its own 2 s warm-up, then `seconds`). The same steps and client
     for every broker."""
     def fig(broker, rnd, ctx) -> dict:
         topic = f"parts{count}-{rnd}"
