@@ -423,6 +423,14 @@ def partitions_title(count: int) -> str:
             f"{PARTITION_PRODUCERS} producers (strata bench, every partition written first)")
 
 
+def untimed_failure(what: str, run: dict) -> dict | None:
+    """The figure's failed result if an untimed run before it failed or saw errors: a figure
+    measured after a broken warm-up would not be the steady state it claims."""
+    if run.get("failed") or run.get("errors"):
+        return {"failed": True, "error": f"{what} run: {run.get('error') or run.get('errors')}"}
+    return None
+
+
 def fig_partitions(count: int):
     """1 KiB acks=all from 4 producers to a topic of `count` partitions, in the steady state:
     the topic is created and waited for until every partition has a leader, then an untimed
@@ -444,13 +452,12 @@ def fig_partitions(count: int):
                                                          * max(count, WARM_BATCHES_PER_PRODUCER_MIN))],
                                 ctx["commands"])
             warm_s = time.monotonic() - started
-            if warm.get("failed") or warm.get("errors"):
-                return {"failed": True, "error": f"warm-up run: {warm.get('error') or warm.get('errors')}"}
+            if failed := untimed_failure("warm-up", warm):
+                return failed
             steady = strata_bench(broker, f"{broker.name} steady warm-up {count} partitions", base + [
                 "--warmup", "0", "--duration", str(STEADY_WARM_S)], ctx["commands"])
-            if steady.get("failed") or steady.get("errors"):
-                return {"failed": True,
-                        "error": f"steady warm-up run: {steady.get('error') or steady.get('errors')}"}
+            if failed := untimed_failure("steady warm-up", steady):
+                return failed
             wait_deletions(ctx["brokers"])
             settle()
             r = with_cpu(broker, lambda: strata_bench(broker, f"{broker.name} {count} partitions", base + [
