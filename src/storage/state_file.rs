@@ -204,18 +204,22 @@ pub(crate) async fn write_offset_file(dir: &Path, name: &str, offset: i64) -> Re
 }
 
 /// Rewrites an offset file that already exists in place: one write of the same length over
-/// the old frame and an `fdatasync`, instead of `write_atomic`'s create, rename and
-/// directory fsync. For the high-watermark checkpoint, which every partition rewrites every
-/// `HW_CHECKPOINT_INTERVAL_MS`: with thousands of partitions the create-and-rename path was
-/// a thousand new inodes, renames and journal commits a second beside the data's fsyncs
+/// the old frame (and, if `sync`, an `fdatasync`), instead of `write_atomic`'s create, rename
+/// and directory fsync. For the high-watermark checkpoint, which every partition rewrites
+/// every `HW_CHECKPOINT_INTERVAL_MS`: with thousands of partitions the create-and-rename path
+/// was a thousand new inodes, renames and journal commits a second beside the data's fsyncs
 /// (`perf record`: inode allocation in the io_uring workers). The length never changes, so
 /// `fdatasync` has no metadata to commit. Safe because the frame's CRC detects a torn write
 /// and every reader of such a file treats an unreadable one as absent (the HW then starts
 /// from the log start and is re-learned); the file is created atomically the first time.
+/// Without `sync` the new frame reaches the disk with the kernel's writeback: a crash of the
+/// process loses nothing (the page cache keeps it), a power cut may leave the previous
+/// frame, which the caller must accept as a valid value (see `Partition::persist_hw_if_dirty`).
 pub(crate) async fn overwrite_offset_file(
     dir: &Path,
     name: &str,
     offset: i64,
+    sync: bool,
 ) -> Result<(), Error> {
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&OffsetState { offset })
         .map_err(|e| Error::corruption(dir.join(name), 0, e.to_string()))?;
@@ -255,7 +259,9 @@ pub(crate) async fn overwrite_offset_file(
             message: "short write".into(),
         });
     }
-    file.fdatasync().await.map_err(io("fsync"))?;
+    if sync {
+        file.fdatasync().await.map_err(io("fsync"))?;
+    }
     file.close().await.map_err(io("close"))
 }
 

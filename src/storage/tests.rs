@@ -2290,12 +2290,12 @@ fn hw_checkpoint_is_overwritten_in_place() {
         let dir = test_dir();
         let name = super::state_file::HW_CHECKPOINT_FILE;
         let path = dir.path().join(name);
-        super::state_file::overwrite_offset_file(dir.path(), name, 7)
+        super::state_file::overwrite_offset_file(dir.path(), name, 7, true)
             .await
             .unwrap();
         let inode = std::fs::metadata(&path).unwrap().ino();
         for hw in [8, 1 << 40, 0] {
-            super::state_file::overwrite_offset_file(dir.path(), name, hw)
+            super::state_file::overwrite_offset_file(dir.path(), name, hw, hw == 0)
                 .await
                 .unwrap();
             assert_eq!(
@@ -2309,7 +2309,7 @@ fn hw_checkpoint_is_overwritten_in_place() {
         assert!(!dir.path().join(format!("{name}.tmp")).exists());
         // A file of another length is replaced, not patched.
         std::fs::write(&path, b"short").unwrap();
-        super::state_file::overwrite_offset_file(dir.path(), name, 9)
+        super::state_file::overwrite_offset_file(dir.path(), name, 9, false)
             .await
             .unwrap();
         assert_eq!(

@@ -147,7 +147,7 @@ impl Partition {
             ));
             match step {
                 Step::CheckpointHw => {
-                    if let Err(e) = self.persist_hw_if_dirty().await {
+                    if let Err(e) = self.persist_hw_if_dirty(false).await {
                         tracing::warn!(error = %e, dir = %self.dir.display(), "hw checkpoint write failed");
                     }
                     last_hw_write = Instant::now();

@@ -271,7 +271,7 @@ impl Partition {
             }
         }
         self.persist_epochs_if_dirty().await?;
-        self.persist_hw_if_dirty().await?;
+        self.persist_hw_if_dirty(true).await?;
         // 5. The in-memory log, rebuilt by the code a restart runs (reads the snapshot
         //    written above, so producer state is exactly what a restart would have).
         let config = self.config();
