@@ -133,8 +133,12 @@ const _: () = assert!(MESH_CLIENT_OPS_IN_FLIGHT_MAX >= 64 && MESH_REPLICA_OPS_IN
 /// for at most `replica_fetch_response_max_bytes`, so this only guards against a broken peer.
 pub const PEER_RESPONSE_BYTES_MAX: usize = 128 * 1024 * 1024;
 
-/// How often freed heap memory is handed back to the kernel (`alloc::release_free_memory`).
+/// How often freed heap memory is handed back to the kernel (`alloc::release_free_memory`)
+/// when looking at the heap is cheap; see `alloc::next_look_in`.
 pub const MEMORY_TRIM_INTERVAL_MS: u64 = 250;
+/// The trimmer sleeps at least this many times as long as its last look took, so looking
+/// costs at most 1/this of a core (`alloc::next_look_in`).
+pub const MEMORY_TRIM_LOOK_COST_RATIO: u32 = 100;
 
 /// Memory an open partition keeps whatever its traffic, charged to its shard's memory
 /// budget (`MemoryClass::Partitions`) so the budget holds with any partition count. Measured
