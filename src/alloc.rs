@@ -115,9 +115,10 @@ pub fn release_free_memory() -> Trim {
 /// How long the trimmer sleeps after a look at the heap (`release_free_memory`) that took
 /// `look`: `MEMORY_TRIM_INTERVAL_MS`, or `MEMORY_TRIM_LOOK_COST_RATIO` times the look if that
 /// is longer. `mallinfo2` walks every free chunk of every arena, holding that arena's lock
-/// (a shard allocating a batch meanwhile waits): with 5,000 partitions it took 4 ms (p50),
-/// 9 ms (p90) and up to 30 ms (uprobes on libc), so a fixed period would spend a share of a
-/// core on looking, and stall the shards as often, that grows with the heap's fragmentation.
+/// (a shard allocating a batch meanwhile waits): with 5,000 partitions it took 1-4 ms (p50),
+/// 5-9 ms (p90) and up to 30 ms (uprobes on libc, seven brokers' runs; 0.5 ms at 16
+/// partitions), so a fixed period would spend a share of a core on looking, and stall the
+/// shards as often, that grows with the heap's fragmentation.
 pub fn next_look_in(look: std::time::Duration) -> std::time::Duration {
     std::time::Duration::from_millis(crate::limits::MEMORY_TRIM_INTERVAL_MS)
         .max(look.saturating_mul(crate::limits::MEMORY_TRIM_LOOK_COST_RATIO))
