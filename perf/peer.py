@@ -29,14 +29,15 @@ first write, which creates its files, lands in the measured window) and the JVM 
 1 and 8 partitions too; a second untimed run of STEADY_WARM_S (30 s), since Kafka is slow on
 a new 1,000-partition topic for its first ~25 s; wait until no broker has a deleted log left
 to unlink (Kafka unlinks a deleted topic's files 60 s after the delete,
-log.segment.delete.delay.ms as shipped, i.e. in another broker's run otherwise); settle; the measured run (2 s warm-up, then --seconds);
-delete the topic. Broker CPU per GB counts the measured run's 2 s warm-up too, as in the
-other figures. The report adds a table with each broker's ratio to its own 8-partition
-figure (1,000/8 and 5,000/8), Strata's ratio to each peer, CPU per GB, p99 and the
-descriptors each broker had open. Open files: the brokers inherit a raised RLIMIT_NOFILE
-(OPEN_FILES_MAX where this process may raise the hard limit, else the hard limit), since
-Kafka keeps every partition's active segment open. `--figures "4 producers"` runs only these
-four ("acks=all" now selects them too); they take ~18 minutes a round at --seconds 5.
+log.segment.delete.delay.ms as shipped, i.e. in another broker's run otherwise); settle; the
+measured run (2 s warm-up, then --seconds); delete the topic. Broker CPU per GB counts the
+measured run's 2 s warm-up too, as in the other figures. The report adds a table with each
+broker's ratio to its own 8-partition figure (1,000/8 and 5,000/8), Strata's ratio to each
+peer, CPU per GB, p99 and the descriptors each broker had open. Open files: the brokers
+inherit a raised RLIMIT_NOFILE (OPEN_FILES_MAX where this process may raise the hard limit,
+else the hard limit), since Kafka keeps every partition's active segment open. `--figures "4
+producers"` runs only these four ("acks=all" now selects them too); they take ~18 minutes a
+round at --seconds 5.
 
 Usage: perf/peer.py [--rounds N] [--seconds S] [--data-dir DIR] [--out DIR] [--quick]
        (also `perf/run.sh --peer kafka [same options]`)
@@ -438,8 +439,8 @@ def fig_partitions(count: int):
     creates its files, which is not what this figure measures; see perf/partitions_ab.sh's
     WARM_EVERY_PARTITION), a second untimed run of STEADY_WARM_S seconds lets a broker that is
     slow on a new topic reach its steady state, earlier deletions are waited for, the disk is
-    settled, and the measured run follows (its own 2 s warm-up, then `seconds`). The same steps and client
-    for every broker."""
+    settled, and the measured run follows (its own 2 s warm-up, then `seconds`). The same
+    steps and client for every broker."""
     def fig(broker, rnd, ctx) -> dict:
         topic = f"parts{count}-{rnd}"
         base = ["produce", "--topic", topic, "--partitions", str(count), "--record-size", "1024",
