@@ -1,8 +1,9 @@
 //! Record batches as a producer builds them: records with key, value, headers and a
 //! CreateTime timestamp, encoded as one v2 batch in a codec through kafka-protocol's
-//! `RecordBatchEncoder`. Shared by the client (`strata produce`, `strata bench`) and the
-//! broker's own ingestion (syslog, HTTP), which both hand the broker batches as a producer
-//! would: base offset 0 (the leader assigns offsets), no producer id.
+//! `RecordBatchEncoder`. Shared by the client (`strata produce`, `strata bench`), the
+//! broker's own ingestion (syslog, HTTP) and its group and transaction coordinators, which
+//! all hand a log batches as a producer would: base offset 0 (the leader assigns offsets), no
+//! producer id (a coordinator's TxnOffsetCommit batch names the committing producer).
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
@@ -11,6 +12,8 @@ use kafka_protocol::records::{
     NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
 };
 use thiserror::Error;
+
+use super::producer::{ProducerEpoch, ProducerId};
 
 /// A record to produce.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,6 +54,21 @@ pub fn encode_batch(
     records: impl IntoIterator<Item = ProduceRecord>,
     compression: Compression,
 ) -> Result<Bytes, EncodeError> {
+    encode_batch_as(records, compression, None)
+}
+
+/// As [`encode_batch`]; with `txn`, a transactional batch of that producer id and epoch and
+/// still no sequence. Kafka's coordinators write a TxnOffsetCommit's records so (the log
+/// checks only the epoch of a coordinator's batch); their other records are plain batches.
+pub fn encode_batch_as(
+    records: impl IntoIterator<Item = ProduceRecord>,
+    compression: Compression,
+    txn: Option<(ProducerId, ProducerEpoch)>,
+) -> Result<Bytes, EncodeError> {
+    let (producer_id, producer_epoch) = txn
+        .map_or((NO_PRODUCER_ID, NO_PRODUCER_EPOCH), |(id, epoch)| {
+            (id.0, epoch.0)
+        });
     let mut bytes_estimate = 0usize;
     let records: Vec<Record> = records
         .into_iter()
@@ -58,12 +76,12 @@ pub fn encode_batch(
         .map(|(i, r)| {
             bytes_estimate += r.size_estimate();
             Record {
-                transactional: false,
+                transactional: txn.is_some(),
                 control: false,
                 delete_horizon: false,
                 partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-                producer_id: NO_PRODUCER_ID,
-                producer_epoch: NO_PRODUCER_EPOCH,
+                producer_id,
+                producer_epoch,
                 timestamp_type: TimestampType::Creation,
                 // Offsets inside a produced batch are deltas from 0; the broker rewrites the base.
                 offset: i as i64,

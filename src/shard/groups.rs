@@ -25,10 +25,7 @@ use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType, NO_SEQUENCE,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder, NO_SEQUENCE};
 use tracing::{info, warn};
 
 use super::mesh::call;
@@ -43,6 +40,7 @@ use crate::group::{
     SyncArgs, SyncResult, TxnCommitArgs, OFFSETS_TOPIC,
 };
 use crate::protocol::control::{control_key_outcome, TxnOutcome};
+use crate::protocol::produce_batch::{encode_batch_as, EncodeError, ProduceRecord};
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
 use crate::storage::producer_state::TxnVerification;
 use crate::storage::{AppendError, Partition};
@@ -601,7 +599,6 @@ fn append(
             return Err(ErrorCode::UnknownServerError);
         }
     };
-    let batch = batch.freeze();
     let queued = ctx.groups.waiting_appends.borrow().contains_key(&partition);
     // The epoch this append is made under: the batch counts as committed only if this broker
     // still leads at it once the high watermark passed the batch.
@@ -789,43 +786,20 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
     }
 }
 
-/// One batch of `records`; with `txn`, a transactional batch of that producer (Kafka's
-/// coordinator writes a TxnOffsetCommit's records so, with no sequence: the log checks only
-/// the epoch of a coordinator's batch).
+/// One uncompressed batch of `records`, stamped `now`; with `txn`, a transactional batch of
+/// that producer (a TxnOffsetCommit's records).
 fn encode_batch(
     records: &[LogRecord],
     now: i64,
     txn: Option<(ProducerId, ProducerEpoch)>,
-) -> Result<BytesMut, String> {
-    let (producer_id, producer_epoch) = txn.unwrap_or((ProducerId::NONE, ProducerEpoch::NONE));
-    let recs: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: txn.is_some(),
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: producer_id.0,
-            producer_epoch: producer_epoch.0,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence is constant so the encoder keeps one batch; the base
-            // sequence is -1 (no sequence), as for any non-idempotent batch.
-            sequence: i as i32 - 1,
-            timestamp: now,
-            key: Some(r.key.clone()),
-            value: r.value.clone(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &recs, &options).map_err(|e| e.to_string())?;
-    Ok(buf)
+) -> Result<Bytes, EncodeError> {
+    let records = records.iter().map(|r| ProduceRecord {
+        key: Some(r.key.clone()),
+        value: r.value.clone(),
+        headers: Vec::new(),
+        timestamp_ms: now,
+    });
+    encode_batch_as(records, Compression::None, txn)
 }
 
 /// Kafka's offsets.topic.replication.factor: `__consumer_offsets` gets this many replicas,

@@ -20,14 +20,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use tracing::{info, warn};
 
 use super::ShardCtx;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse};
 use crate::cluster::quorum::QuorumError;
+use crate::protocol::produce_batch::{self, EncodeError, ProduceRecord};
 use crate::storage::{AppendError, Partition};
 
 /// Appends one shard lets wait for room in its logs, per coordinator (see `append`); past it
@@ -101,7 +100,7 @@ pub fn append(
     // Record timestamps are dates: wall time.
     let now = ctx.shared.clock.wall_ms();
     let batch = match encode_batch(records, now) {
-        Ok(b) => b.freeze(),
+        Ok(b) => b,
         Err(e) => {
             warn!(topic, partition, "cannot encode coordinator records: {e}");
             return None;
@@ -272,35 +271,15 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, host: Host, partition: i32) {
     }
 }
 
-fn encode_batch(records: &[KeyValue<'_>], now: i64) -> Result<BytesMut, String> {
-    let recs: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence is constant so the encoder keeps one batch; the base
-            // sequence is -1 (no producer), as for any non-idempotent batch.
-            sequence: i as i32 - 1,
-            timestamp: now,
-            key: Some(r.key.clone()),
-            value: r.value.cloned(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &recs, &options).map_err(|e| e.to_string())?;
-    Ok(buf)
+/// One uncompressed, non-transactional batch of `records`, stamped `now`.
+fn encode_batch(records: &[KeyValue<'_>], now: i64) -> Result<Bytes, EncodeError> {
+    let records = records.iter().map(|r| ProduceRecord {
+        key: Some(r.key.clone()),
+        value: r.value.cloned(),
+        headers: Vec::new(),
+        timestamp_ms: now,
+    });
+    produce_batch::encode_batch(records, Compression::None)
 }
 
 /// Replays `topic`-`partition` from its log start to its log end, calling `on_record(key,
