@@ -17,17 +17,18 @@
 //! RefCell borrows of the coordinator are confined to small synchronous blocks; none is held
 //! across an `.await`.
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
-use kafka_protocol::records::{Compression, RecordBatchDecoder, NO_SEQUENCE};
+use kafka_protocol::records::{RecordBatchDecoder, NO_SEQUENCE};
 use tracing::{info, warn};
 
+use super::internal_topic::{self, AppendQueues, AppendStart, Host};
 use super::mesh::call;
 use super::ops::{ShardOp, ShardReply};
 use super::txn_verify;
@@ -40,10 +41,9 @@ use crate::group::{
     SyncArgs, SyncResult, TxnCommitArgs, OFFSETS_TOPIC,
 };
 use crate::protocol::control::{control_key_outcome, TxnOutcome};
-use crate::protocol::produce_batch::{encode_batch_as, EncodeError, ProduceRecord};
 use crate::protocol::producer::{ProducerEpoch, ProducerId};
 use crate::storage::producer_state::TxnVerification;
-use crate::storage::{AppendError, Partition};
+use crate::storage::Partition;
 
 /// How often the coordinator's timers advance; session and rebalance timeouts are seconds,
 /// so 100 ms is precise enough and cheap.
@@ -60,9 +60,12 @@ const OFFSETS_SEGMENT_BYTES: u64 = 1024 * 1024;
 /// offsets.commit.timeout.ms).
 const GROUP_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
 
-/// Group appends one shard lets wait for room in their logs (see `append`); past it an append
-/// fails at once (the commit answers COORDINATOR_NOT_AVAILABLE and the client retries).
-const GROUP_APPENDS_WAITING_MAX: usize = 10_000;
+/// Where group records go.
+const HOST: Host = Host {
+    topic: OFFSETS_TOPIC,
+    queues: |ctx| &ctx.groups.appends,
+    commit_timeout: GROUP_COMMIT_TIMEOUT,
+};
 
 /// Bytes read per step while replaying a partition.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
@@ -126,26 +129,13 @@ pub struct GroupShard {
     /// `__consumer_offsets` partitions this shard coordinates (it leads them): `false` while
     /// their groups are still being loaded from the log.
     led: RefCell<HashMap<i32, bool>>,
-    /// Per `__consumer_offsets` partition, the appends waiting for room in its log, oldest
-    /// first (see `append`). A partition is here only while its queue is not empty and its
-    /// drainer task runs.
-    waiting_appends: RefCell<HashMap<i32, VecDeque<WaitingAppend>>>,
+    /// Per `__consumer_offsets` partition, the appends waiting for room in its log (see
+    /// `internal_topic::append_batch`).
+    appends: AppendQueues,
     /// Topic id -> name as of the last metadata this shard applied, to see which topics
     /// were deleted since (by id: a topic deleted and created again under the same name
     /// between two applications is a deletion too).
     known_topics: RefCell<HashMap<u128, String>>,
-}
-
-/// A group append the log refused for want of room (its staging buffer or the shard's
-/// memory budget was full): the drainer appends it once there is room, before `deadline`,
-/// and sends the batch's last offset (or `None`: it failed).
-struct WaitingAppend {
-    batch: Bytes,
-    /// A transactional offset commit's verification (`txn_commit`).
-    verification: TxnVerification,
-    /// On the broker's monotonic clock.
-    deadline_ms: u64,
-    done: oneshot::Sender<Option<i64>>,
 }
 
 impl GroupShard {
@@ -155,7 +145,7 @@ impl GroupShard {
             waiters: RefCell::new(HashMap::new()),
             next_request: Cell::new(1),
             led: RefCell::new(HashMap::new()),
-            waiting_appends: RefCell::new(HashMap::new()),
+            appends: AppendQueues::default(),
             known_topics: RefCell::new(HashMap::new()),
         }
     }
@@ -500,7 +490,7 @@ async fn verify_txn_commit(
 
 /// Resolves once an appended group batch is durable on the in-sync replicas, to the batch's
 /// last offset (`None`: it failed).
-type AppendWait = LocalBoxFuture<'static, Option<i64>>;
+type AppendWait = internal_topic::CommittedWait;
 
 type DurableWait = LocalBoxFuture<'static, bool>;
 
@@ -564,18 +554,11 @@ fn answer(ctx: &ShardCtx, id: RequestId, reply: GroupReply) {
     }
 }
 
-/// Encodes `records` as one batch and appends it to `__consumer_offsets`-`partition` now (so
-/// appends keep the order of the state machine's decisions); the returned future resolves
-/// once the batch is durable. With `txn`, the batch is transactional and carries that
-/// producer id and epoch (a TxnOffsetCommit); the log checks the epoch (an older one than it
-/// has seen is INVALID_PRODUCER_EPOCH). An append refused at once answers the error the
-/// commit gets, mapped as Kafka's coordinator maps log errors.
-///
-/// When the log has no room (its staging buffer or the shard's memory budget is full, as
-/// under a produce load that outruns the disk), the batch waits for room, as a producer's
-/// does, for at most `GROUP_COMMIT_TIMEOUT`, instead of failing the commit: it joins the
-/// partition's queue of waiting appends, and so does every later append of the partition
-/// until the queue is empty, so the log keeps the decisions' order.
+/// Appends `records` to `__consumer_offsets`-`partition` as one batch now (so appends keep
+/// the order of the state machine's decisions), through `internal_topic::append_batch`: the
+/// future resolves once the batch is committed; with `txn`, a TxnOffsetCommit's
+/// transactional batch. An append that cannot start answers the error the commit gets,
+/// mapped as Kafka's coordinator maps log errors.
 fn append(
     ctx: &Rc<ShardCtx>,
     partition: i32,
@@ -583,54 +566,15 @@ fn append(
     txn: Option<(ProducerId, ProducerEpoch)>,
     verification: TxnVerification,
 ) -> Result<AppendWait, ErrorCode> {
-    let Some(p) = ctx.local_partition(OFFSETS_TOPIC, partition) else {
-        warn!(
-            partition,
-            "__consumer_offsets partition is not open on this shard"
-        );
-        return Err(ErrorCode::NotCoordinator);
-    };
-    // Record timestamps are dates: wall time.
-    let now = ctx.shared.clock.wall_ms();
-    let batch = match encode_batch(records, now, txn) {
-        Ok(b) => b,
-        Err(e) => {
-            warn!(partition, "cannot encode group records: {e}");
-            return Err(ErrorCode::UnknownServerError);
+    let records = records.iter().map(|r| (r.key.clone(), r.value.clone()));
+    internal_topic::append_batch(ctx, HOST, partition, records, txn, verification).map_err(|e| {
+        match e {
+            AppendStart::NotOpen => ErrorCode::NotCoordinator,
+            AppendStart::Encode(_) => ErrorCode::UnknownServerError,
+            AppendStart::Refused(e) => coordinator_error(e.error_code()),
+            AppendStart::TooManyWaiting => ErrorCode::CoordinatorNotAvailable,
         }
-    };
-    let queued = ctx.groups.waiting_appends.borrow().contains_key(&partition);
-    // The epoch this append is made under: the batch counts as committed only if this broker
-    // still leads at it once the high watermark passed the batch.
-    let epoch = ctx.replicas.leader_epoch(&offsets_tp(partition));
-    if !queued {
-        match p.append_coordinator(&batch, now, verification) {
-            Ok(o) => {
-                appended_locally(ctx, partition);
-                return Ok(Box::pin(committed(
-                    ctx.clone(),
-                    epoch,
-                    p,
-                    partition,
-                    o.last_offset,
-                )));
-            }
-            Err(AppendError::Backpressure { .. }) => {}
-            Err(e) => {
-                warn!(partition, "cannot append group records: {e}");
-                return Err(coordinator_error(e.error_code()));
-            }
-        }
-    }
-    let appended = wait_for_room(ctx, partition, batch, verification)
-        .ok_or(ErrorCode::CoordinatorNotAvailable)?;
-    let ctx = ctx.clone();
-    Ok(Box::pin(async move {
-        match appended.await {
-            Ok(Some(last)) => committed(ctx, epoch, p, partition, last).await,
-            _ => None,
-        }
-    }))
+    })
 }
 
 fn offsets_tp(partition: i32) -> super::TopicPartition {
@@ -654,152 +598,6 @@ fn coordinator_error(e: ErrorCode) -> ErrorCode {
         ErrorCode::MessageTooLarge | ErrorCode::RecordListTooLarge => ErrorCode::UnknownServerError,
         other => other,
     }
-}
-
-fn appended_locally(ctx: &Rc<ShardCtx>, partition: i32) {
-    super::replica::on_local_append(ctx, &offsets_tp(partition));
-}
-
-/// Resolves once the group batch ending at `last` is durable and on every in-sync replica,
-/// to `last` (`None`: it is not).
-async fn committed(
-    ctx: Rc<ShardCtx>,
-    leader_epoch: Option<i32>,
-    p: Rc<Partition>,
-    partition: i32,
-    last: i64,
-) -> Option<i64> {
-    if let Err(e) = p.wait_durable(last).await {
-        warn!(partition, "group records not durable: {e}");
-        return None;
-    }
-    // Committed means on every in-sync replica, as Kafka's acks=-1 appends of the
-    // coordinator: a new coordinator must find what this one acknowledged. And under the
-    // epoch it was appended at: a deposed leader's record may be truncated away while its
-    // high watermark, now a follower's, passes the record's offset.
-    let deadline = Instant::now() + GROUP_COMMIT_TIMEOUT;
-    let tp = offsets_tp(partition);
-    let ok =
-        super::replica::wait_committed_as_leader(&ctx, &tp, &p, last, leader_epoch, deadline).await;
-    if !ok {
-        warn!(
-            partition,
-            last, "group records not committed under this leader"
-        );
-    }
-    ok.then_some(last)
-}
-
-/// Queues `batch` behind the partition's waiting appends (starting its drainer if it is the
-/// first); `None` if `GROUP_APPENDS_WAITING_MAX` already wait on this shard.
-fn wait_for_room(
-    ctx: &Rc<ShardCtx>,
-    partition: i32,
-    batch: Bytes,
-    verification: TxnVerification,
-) -> Option<oneshot::Receiver<Option<i64>>> {
-    let (done, appended) = oneshot::channel();
-    let start_drainer = {
-        let mut waiting = ctx.groups.waiting_appends.borrow_mut();
-        if waiting.values().map(VecDeque::len).sum::<usize>() >= GROUP_APPENDS_WAITING_MAX {
-            warn!(
-                partition,
-                "cannot append group records: too many group appends wait for memory"
-            );
-            return None;
-        }
-        let queue = waiting.entry(partition).or_default();
-        queue.push_back(WaitingAppend {
-            batch,
-            verification,
-            deadline_ms: ctx.shared.clock.monotonic_ms() + GROUP_COMMIT_TIMEOUT.as_millis() as u64,
-            done,
-        });
-        queue.len() == 1
-    };
-    if start_drainer {
-        glommio::spawn_local(drain_waiting_appends(ctx.clone(), partition)).detach();
-    }
-    Some(appended)
-}
-
-/// Appends the partition's waiting group batches in order, each once its log has room or
-/// failing it at its deadline; ends (and forgets the queue) when the queue is empty.
-async fn drain_waiting_appends(ctx: Rc<ShardCtx>, partition: i32) {
-    loop {
-        let front = {
-            let mut waiting = ctx.groups.waiting_appends.borrow_mut();
-            let front = waiting
-                .get(&partition)
-                .and_then(VecDeque::front)
-                .map(|a| (a.batch.clone(), a.verification, a.deadline_ms));
-            if front.is_none() {
-                waiting.remove(&partition);
-            }
-            front
-        };
-        let Some((batch, verification, deadline_ms)) = front else {
-            return;
-        };
-        let clock = &*ctx.shared.clock;
-        let outcome = match ctx.local_partition(OFFSETS_TOPIC, partition) {
-            None => Err("the partition is no longer open here".to_string()),
-            Some(p) => {
-                let room = p.wait_for_staging_room(batch.len());
-                match super::until(clock, deadline_ms, room).await {
-                    None => Err(format!(
-                        "no room in the log within {GROUP_COMMIT_TIMEOUT:?}"
-                    )),
-                    Some(Err(e)) => Err(e.to_string()),
-                    Some(Ok(())) => {
-                        match p.append_coordinator(&batch, clock.wall_ms(), verification) {
-                            Ok(o) => {
-                                appended_locally(&ctx, partition);
-                                Ok(o.last_offset)
-                            }
-                            // Another log took the room first: wait again, until the deadline.
-                            Err(AppendError::Backpressure { .. })
-                                if clock.monotonic_ms() < deadline_ms =>
-                            {
-                                continue
-                            }
-                            Err(e) => Err(e.to_string()),
-                        }
-                    }
-                }
-            }
-        };
-        if let Err(e) = &outcome {
-            warn!(partition, "cannot append group records: {e}");
-        }
-        let done = ctx
-            .groups
-            .waiting_appends
-            .borrow_mut()
-            .get_mut(&partition)
-            .and_then(VecDeque::pop_front)
-            .map(|a| a.done);
-        if let Some(done) = done {
-            // The requester may have gone; nothing to tell then.
-            let _ = done.send(outcome.ok());
-        }
-    }
-}
-
-/// One uncompressed batch of `records`, stamped `now`; with `txn`, a transactional batch of
-/// that producer (a TxnOffsetCommit's records).
-fn encode_batch(
-    records: &[LogRecord],
-    now: i64,
-    txn: Option<(ProducerId, ProducerEpoch)>,
-) -> Result<Bytes, EncodeError> {
-    let records = records.iter().map(|r| ProduceRecord {
-        key: Some(r.key.clone()),
-        value: r.value.clone(),
-        headers: Vec::new(),
-        timestamp_ms: now,
-    });
-    encode_batch_as(records, Compression::None, txn)
 }
 
 /// Kafka's offsets.topic.replication.factor: `__consumer_offsets` gets this many replicas,

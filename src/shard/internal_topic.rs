@@ -26,7 +26,9 @@ use tracing::{info, warn};
 use super::ShardCtx;
 use crate::cluster::controller::{ControllerRequest, ControllerResponse};
 use crate::cluster::quorum::QuorumError;
-use crate::protocol::produce_batch::{self, EncodeError, ProduceRecord};
+use crate::protocol::produce_batch::{encode_batch_as, EncodeError, ProduceRecord};
+use crate::protocol::producer::{ProducerEpoch, ProducerId};
+use crate::storage::producer_state::TxnVerification;
 use crate::storage::{AppendError, Partition};
 
 /// Appends one shard lets wait for room in its logs, per coordinator (see `append`); past it
@@ -42,6 +44,10 @@ const COMPACT: &str = "compact";
 
 /// A future resolving once an append is durable and replicated (`false`: it failed).
 pub type DurableWait = LocalBoxFuture<'static, bool>;
+
+/// A future resolving to the batch's last offset once it is durable and on every in-sync
+/// replica under the epoch it was appended at (`None`: it is not).
+pub type CommittedWait = LocalBoxFuture<'static, Option<i64>>;
 
 /// Which internal topic a coordinator writes, and where its append queues live.
 #[derive(Clone, Copy)]
@@ -60,6 +66,19 @@ pub struct KeyValue<'a> {
     pub value: Option<&'a Bytes>,
 }
 
+/// Why an append could not even start.
+#[derive(Debug)]
+pub enum AppendStart {
+    /// The partition is not open on this shard.
+    NotOpen,
+    /// The records could not be encoded as a batch.
+    Encode(EncodeError),
+    /// The log refused the batch, for another reason than room.
+    Refused(AppendError),
+    /// `APPENDS_WAITING_MAX` appends of this coordinator already wait for room on this shard.
+    TooManyWaiting,
+}
+
 /// Per partition, the appends waiting for room in its log, oldest first. A partition is here
 /// only while its queue is not empty and its drainer task runs.
 #[derive(Default)]
@@ -71,41 +90,64 @@ pub struct AppendQueues {
 /// before `deadline`, and sends the batch's last offset (or `None`: it failed).
 struct WaitingAppend {
     batch: Bytes,
+    /// A transactional offset commit's verification (`TxnVerification::Off` for the rest).
+    verification: TxnVerification,
     /// On the broker's monotonic clock.
     deadline_ms: u64,
     done: oneshot::Sender<Option<i64>>,
 }
 
-/// Encodes `records` as one batch and appends it to `host.topic`-`partition` now (so appends
-/// keep the order of the state machine's decisions); the returned future resolves once the
-/// batch is durable and on every in-sync replica (`false` on failure). `None`: the append
-/// could not even start (the partition is not open here, or too many appends wait).
-///
-/// When the log has no room (its staging buffer or the shard's memory budget is full, as
-/// under a produce load that outruns the disk), the batch waits for room, as a producer's
-/// does, for at most `host.commit_timeout`, instead of failing: it joins the partition's
-/// queue of waiting appends, and so does every later append of the partition until the queue
-/// is empty, so the log keeps the decisions' order.
+/// `append_batch` of `records` as one plain batch, for a coordinator that needs to know only
+/// whether it was committed: `None` if the append could not even start (logged).
 pub fn append(
     ctx: &Rc<ShardCtx>,
     host: Host,
     partition: i32,
     records: &[KeyValue<'_>],
 ) -> Option<DurableWait> {
+    let records = records.iter().map(|r| (r.key.clone(), r.value.cloned()));
+    let wait = append_batch(ctx, host, partition, records, None, TxnVerification::Off).ok()?;
+    Some(Box::pin(async move { wait.await.is_some() }))
+}
+
+/// Encodes `records` (key, value; `None` is a tombstone) as one uncompressed batch stamped
+/// with the wall time and appends it to `host.topic`-`partition` now, so appends keep the
+/// order of the state machine's decisions; the returned future resolves once the batch is
+/// durable and on every in-sync replica. With `txn`, the batch is transactional and carries
+/// that producer id and epoch (a TxnOffsetCommit); the log checks the epoch, as Kafka's does
+/// for a coordinator's batch (an older one than it has seen is INVALID_PRODUCER_EPOCH), and
+/// `verification` as for a client's transactional batch.
+///
+/// When the log has no room (its staging buffer or the shard's memory budget is full, as
+/// under a produce load that outruns the disk), the batch waits for room, as a producer's
+/// does, for at most `host.commit_timeout`, instead of failing: it joins the partition's
+/// queue of waiting appends, and so does every later append of the partition until the queue
+/// is empty, so the log keeps the decisions' order.
+pub fn append_batch(
+    ctx: &Rc<ShardCtx>,
+    host: Host,
+    partition: i32,
+    records: impl IntoIterator<Item = (Bytes, Option<Bytes>)>,
+    txn: Option<(ProducerId, ProducerEpoch)>,
+    verification: TxnVerification,
+) -> Result<CommittedWait, AppendStart> {
     let topic = host.topic;
     let Some(p) = ctx.local_partition(topic, partition) else {
         warn!(topic, partition, "partition is not open on this shard");
-        return None;
+        return Err(AppendStart::NotOpen);
     };
     // Record timestamps are dates: wall time.
     let now = ctx.shared.clock.wall_ms();
-    let batch = match encode_batch(records, now) {
-        Ok(b) => b,
-        Err(e) => {
-            warn!(topic, partition, "cannot encode coordinator records: {e}");
-            return None;
-        }
-    };
+    let records = records.into_iter().map(|(key, value)| ProduceRecord {
+        key: Some(key),
+        value,
+        headers: Vec::new(),
+        timestamp_ms: now,
+    });
+    let batch = encode_batch_as(records, Compression::None, txn).map_err(|e| {
+        warn!(topic, partition, "cannot encode coordinator records: {e}");
+        AppendStart::Encode(e)
+    })?;
     let queued = (host.queues)(ctx).waiting.borrow().contains_key(&partition);
     let timeout = host.commit_timeout;
     // The epoch this append is made under: the batch counts as committed only if this broker
@@ -116,10 +158,10 @@ pub fn append(
     };
     let epoch = ctx.replicas.leader_epoch(&tp);
     if !queued {
-        match p.append(&batch, now) {
+        match p.append_coordinator(&batch, now, verification) {
             Ok(o) => {
-                appended_locally(ctx, topic, partition);
-                return Some(Box::pin(committed(
+                super::replica::on_local_append(ctx, &tp);
+                return Ok(Box::pin(committed(
                     ctx.clone(),
                     tp,
                     epoch,
@@ -131,29 +173,22 @@ pub fn append(
             Err(AppendError::Backpressure { .. }) => {}
             Err(e) => {
                 warn!(topic, partition, "cannot append coordinator records: {e}");
-                return None;
+                return Err(AppendStart::Refused(e));
             }
         }
     }
-    let appended = wait_for_room(ctx, host, partition, batch)?;
+    let appended = wait_for_room(ctx, host, partition, batch, verification)?;
     let ctx = ctx.clone();
-    Some(Box::pin(async move {
+    Ok(Box::pin(async move {
         match appended.await {
             Ok(Some(last)) => committed(ctx, tp, epoch, p, last, timeout).await,
-            _ => false,
+            _ => None,
         }
     }))
 }
 
-fn appended_locally(ctx: &Rc<ShardCtx>, topic: &str, partition: i32) {
-    let tp = super::TopicPartition {
-        topic: topic.to_string(),
-        partition,
-    };
-    super::replica::on_local_append(ctx, &tp);
-}
-
-/// Resolves once the batch ending at `last` is durable and on every in-sync replica.
+/// Resolves once the batch ending at `last` is durable and on every in-sync replica, to
+/// `last` (`None`: it is not).
 async fn committed(
     ctx: Rc<ShardCtx>,
     tp: super::TopicPartition,
@@ -161,30 +196,34 @@ async fn committed(
     p: Rc<Partition>,
     last: i64,
     timeout: Duration,
-) -> bool {
+) -> Option<i64> {
     if let Err(e) = p.wait_durable(last).await {
         warn!(topic = %tp.topic, partition = tp.partition, "coordinator records not durable: {e}");
-        return false;
+        return None;
     }
     // Committed means on every in-sync replica, as Kafka's acks=-1 appends of its
-    // coordinators: a new coordinator must find what this one acknowledged.
+    // coordinators: a new coordinator must find what this one acknowledged. And under the
+    // epoch it was appended at: a deposed leader's record may be truncated away while its
+    // high watermark, now a follower's, passes the record's offset.
     let deadline = Instant::now() + timeout;
     let ok =
         super::replica::wait_committed_as_leader(&ctx, &tp, &p, last, leader_epoch, deadline).await;
     if !ok {
         warn!(topic = %tp.topic, partition = tp.partition, last, "coordinator records not committed under this leader");
     }
-    ok
+    ok.then_some(last)
 }
 
 /// Queues `batch` behind the partition's waiting appends (starting its drainer if it is the
-/// first); `None` if `APPENDS_WAITING_MAX` already wait for this coordinator on this shard.
+/// first); `TooManyWaiting` if `APPENDS_WAITING_MAX` already wait for this coordinator on
+/// this shard.
 fn wait_for_room(
     ctx: &Rc<ShardCtx>,
     host: Host,
     partition: i32,
     batch: Bytes,
-) -> Option<oneshot::Receiver<Option<i64>>> {
+    verification: TxnVerification,
+) -> Result<oneshot::Receiver<Option<i64>>, AppendStart> {
     let (done, appended) = oneshot::channel();
     let start_drainer = {
         let mut waiting = (host.queues)(ctx).waiting.borrow_mut();
@@ -193,11 +232,12 @@ fn wait_for_room(
                 topic = host.topic,
                 partition, "cannot append coordinator records: too many appends wait for memory"
             );
-            return None;
+            return Err(AppendStart::TooManyWaiting);
         }
         let queue = waiting.entry(partition).or_default();
         queue.push_back(WaitingAppend {
             batch,
+            verification,
             deadline_ms: ctx.shared.clock.monotonic_ms() + host.commit_timeout.as_millis() as u64,
             done,
         });
@@ -206,7 +246,7 @@ fn wait_for_room(
     if start_drainer {
         glommio::spawn_local(drain_waiting_appends(ctx.clone(), host, partition)).detach();
     }
-    Some(appended)
+    Ok(appended)
 }
 
 /// Appends the partition's waiting batches in order, each once its log has room or failing
@@ -219,13 +259,13 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, host: Host, partition: i32) {
             let front = waiting
                 .get(&partition)
                 .and_then(VecDeque::front)
-                .map(|a| (a.batch.clone(), a.deadline_ms));
+                .map(|a| (a.batch.clone(), a.verification, a.deadline_ms));
             if front.is_none() {
                 waiting.remove(&partition);
             }
             front
         };
-        let Some((batch, deadline_ms)) = front else {
+        let Some((batch, verification, deadline_ms)) = front else {
             return;
         };
         let clock = &*ctx.shared.clock;
@@ -239,19 +279,25 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, host: Host, partition: i32) {
                         host.commit_timeout
                     )),
                     Some(Err(e)) => Err(e.to_string()),
-                    Some(Ok(())) => match p.append(&batch, clock.wall_ms()) {
-                        Ok(o) => {
-                            appended_locally(&ctx, topic, partition);
-                            Ok(o.last_offset)
+                    Some(Ok(())) => {
+                        match p.append_coordinator(&batch, clock.wall_ms(), verification) {
+                            Ok(o) => {
+                                let tp = super::TopicPartition {
+                                    topic: topic.to_string(),
+                                    partition,
+                                };
+                                super::replica::on_local_append(&ctx, &tp);
+                                Ok(o.last_offset)
+                            }
+                            // Another log took the room first: wait again, until the deadline.
+                            Err(AppendError::Backpressure { .. })
+                                if clock.monotonic_ms() < deadline_ms =>
+                            {
+                                continue
+                            }
+                            Err(e) => Err(e.to_string()),
                         }
-                        // Another log took the room first: wait again, until the deadline.
-                        Err(AppendError::Backpressure { .. })
-                            if clock.monotonic_ms() < deadline_ms =>
-                        {
-                            continue
-                        }
-                        Err(e) => Err(e.to_string()),
-                    },
+                    }
                 }
             }
         };
@@ -269,17 +315,6 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, host: Host, partition: i32) {
             let _ = done.send(outcome.ok());
         }
     }
-}
-
-/// One uncompressed, non-transactional batch of `records`, stamped `now`.
-fn encode_batch(records: &[KeyValue<'_>], now: i64) -> Result<Bytes, EncodeError> {
-    let records = records.iter().map(|r| ProduceRecord {
-        key: Some(r.key.clone()),
-        value: r.value.cloned(),
-        headers: Vec::new(),
-        timestamp_ms: now,
-    });
-    produce_batch::encode_batch(records, Compression::None)
 }
 
 /// Replays `topic`-`partition` from its log start to its log end, calling `on_record(key,
