@@ -28,7 +28,7 @@ use futures::FutureExt;
 use kafka_protocol::records::{RecordBatchDecoder, NO_SEQUENCE};
 use tracing::{info, warn};
 
-use super::internal_topic::{self, AppendQueues, AppendStart, Host};
+use super::internal_topic::{self, AppendQueues, AppendStart, CommittedWait, DurableWait, Host};
 use super::mesh::call;
 use super::ops::{ShardOp, ShardReply};
 use super::txn_verify;
@@ -488,12 +488,6 @@ async fn verify_txn_commit(
     }
 }
 
-/// Resolves once an appended group batch is durable on the in-sync replicas, to the batch's
-/// last offset (`None`: it failed).
-type AppendWait = internal_topic::CommittedWait;
-
-type DurableWait = LocalBoxFuture<'static, bool>;
-
 async fn wait_all(waits: Vec<DurableWait>) -> bool {
     let mut ok = true;
     for w in waits {
@@ -565,7 +559,7 @@ fn append(
     records: &[LogRecord],
     txn: Option<(ProducerId, ProducerEpoch)>,
     verification: TxnVerification,
-) -> Result<AppendWait, ErrorCode> {
+) -> Result<CommittedWait, ErrorCode> {
     let records = records.iter().map(|r| (r.key.clone(), r.value.clone()));
     internal_topic::append_batch(ctx, HOST, partition, records, txn, verification).map_err(|e| {
         match e {

@@ -187,6 +187,14 @@ pub fn append_batch(
     }))
 }
 
+fn appended_locally(ctx: &Rc<ShardCtx>, topic: &str, partition: i32) {
+    let tp = super::TopicPartition {
+        topic: topic.to_string(),
+        partition,
+    };
+    super::replica::on_local_append(ctx, &tp);
+}
+
 /// Resolves once the batch ending at `last` is durable and on every in-sync replica, to
 /// `last` (`None`: it is not).
 async fn committed(
@@ -282,11 +290,7 @@ async fn drain_waiting_appends(ctx: Rc<ShardCtx>, host: Host, partition: i32) {
                     Some(Ok(())) => {
                         match p.append_coordinator(&batch, clock.wall_ms(), verification) {
                             Ok(o) => {
-                                let tp = super::TopicPartition {
-                                    topic: topic.to_string(),
-                                    partition,
-                                };
-                                super::replica::on_local_append(&ctx, &tp);
+                                appended_locally(&ctx, topic, partition);
                                 Ok(o.last_offset)
                             }
                             // Another log took the room first: wait again, until the deadline.
