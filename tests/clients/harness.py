@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import kproto
+from ports import free_port  # noqa: F401  (tests import it from here)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = float(os.environ.get("STRATA_TEST_READY_TIMEOUT_S", "30"))
@@ -46,12 +46,6 @@ def tansu_bin() -> str:
     if not found:
         raise RuntimeError("STRATA_TEST_BROKER=tansu but no TANSU_BIN and no tansu on PATH")
     return found
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Broker:

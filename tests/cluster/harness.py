@@ -44,6 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "clients"))
 import kproto  # noqa: E402  (ApiVersions readiness probe shared with the client tests)
+from ports import free_port  # noqa: E402  (shared with the client tests; tests import it from here)
 
 READY_TIMEOUT_S = float(os.environ.get("STRATA_TEST_READY_TIMEOUT_S", "30"))
 STOP_TIMEOUT_S = 15.0
@@ -82,12 +83,6 @@ def strata_bin() -> Path:
     if env:
         return Path(env)
     return REPO_ROOT / "target" / "release" / "strata"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_help() -> str:
