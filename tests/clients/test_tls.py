@@ -6,6 +6,7 @@ certificates are made in each test with `openssl`."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -253,6 +254,15 @@ def test_certificates_reload_without_restart(broker_factory, monkeypatch, pki):
         assert time.monotonic() < deadline, "the new certificate was never served"
         time.sleep(0.3)
     confluent_round_trip(b.ssl_bootstrap, "after-reload", librdkafka_ssl(pki, with_cert=False), n=5)
+    # Each shard reloads on its own, on its next accept (src/server/tls.rs), and the kernel
+    # picks the shard of a connection: accept until every shard has logged its reload, or a
+    # shard that accepted nothing since the change would still hold 0x1001 when the broken
+    # file below comes, and rightly keep it.
+    deadline = time.monotonic() + 30
+    while len(set(re.findall(r"TLS certificates reloaded shard=(\d+)", b.log_path.read_text()))) < b.shards:
+        assert time.monotonic() < deadline, "not every shard reloaded the new certificate"
+        served_certificate_serial(b.ssl_port)  # one more accept (a shard checks once a second)
+        time.sleep(0.2)
 
     pki.server_cert.write_text("not a certificate\n")
     time.sleep(1.5)
