@@ -136,18 +136,22 @@ def read_committed(bootstrap: str, topic: str, settle_s: float = 3.0, timeout_s:
     c = confluent_kafka.Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"rc-{time.monotonic_ns()}",
         "isolation.level": "read_committed", "enable.auto.commit": False,
-        "fetch.wait.max.ms": 100})
+        "fetch.wait.max.ms": 100, "enable.partition.eof": True})
     c.assign([TopicPartition(topic, 0, 0)])
     values: list[bytes] = []
     deadline = time.monotonic() + timeout_s
-    quiet_since = time.monotonic()
+    # The quiet time counts from the first answer (a record or the end of the partition),
+    # not from the consumer's creation: a slow first fetch is not "nothing new".
+    quiet_since: float | None = None
     try:
-        while time.monotonic() < deadline and time.monotonic() - quiet_since < settle_s:
+        while time.monotonic() < deadline and (quiet_since is None
+                                               or time.monotonic() - quiet_since < settle_s):
             m = c.poll(0.2)
             if m is None:
                 continue
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
+                    quiet_since = quiet_since or time.monotonic()
                     continue
                 raise AssertionError(m.error())
             values.append(m.value())
