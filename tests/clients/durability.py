@@ -20,10 +20,12 @@ class AckLog:
 
 
 def produce_until(bootstrap: str, topic: str, partitions: int, log: AckLog, acked_target: int,
-                  on_target: Callable[[], None], extra_after_target: int = 200, deadline_s: float = 120) -> None:
+                  on_target: Callable[[], None], extra_after_target: int = 200, deadline_s: float = 120,
+                  conf: dict | None = None) -> None:
     """Produces value b"rec-<n>" round-robin with acks=all; once `acked_target` records are
     acknowledged it calls `on_target()` (the fault) while more records are still in flight,
-    sends `extra_after_target` more, then waits (bounded) for every delivery outcome."""
+    sends `extra_after_target` more, then waits (bounded) for every delivery outcome. `conf`
+    overrides the producer's settings (short timeouts, made for a fault, by default)."""
     p = Producer({
         "bootstrap.servers": bootstrap,
         "acks": "all",
@@ -33,6 +35,7 @@ def produce_until(bootstrap: str, topic: str, partitions: int, log: AckLog, acke
         "socket.timeout.ms": 3000,
         "reconnect.backoff.max.ms": 500,
         "queue.buffering.max.messages": 20000,
+        **(conf or {}),
     })
 
     def on_delivery(err, msg):

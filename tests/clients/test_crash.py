@@ -31,8 +31,11 @@ def test_sigterm_restart_keeps_everything(persistent_broker):
     topic = "graceful-restart"
     create_topic(b.bootstrap, topic, PARTITIONS)
     log = AckLog()
+    # No fault here: timeouts long enough that a slow fsync on a loaded machine is waited
+    # for, not retried (a retry without idempotence could write a record twice).
     produce_until(b.bootstrap, topic, PARTITIONS, log, acked_target=500, on_target=lambda: None,
-                  extra_after_target=100)
+                  extra_after_target=100,
+                  conf={"message.timeout.ms": 60000, "socket.timeout.ms": 30000})
     assert log.failed == 0
     assert len(log.acked) == len(log.sent)
     assert b.stop() == 0, f"SIGTERM exit code not 0:\n{b.log_tail()}"
