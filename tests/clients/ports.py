@@ -1,4 +1,5 @@
-"""Free TCP ports for test listeners, shared by the client and cluster harnesses."""
+"""Free TCP ports for test listeners, shared by the client and cluster harnesses and by
+tests/kafka/reference_kafka.py (tests and perf scripts)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,8 @@ def free_port() -> int:
         if port not in _HANDED_OUT:
             _HANDED_OUT.add(port)
             return port
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports (free_port() never repeats one)."""
+    return [free_port() for _ in range(n)]

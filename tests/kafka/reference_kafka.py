@@ -51,6 +51,12 @@ import time
 import uuid
 from pathlib import Path
 
+# One port picker for every harness: a port is never handed out twice in a process (see
+# ports.py). Appended, not inserted: perf scripts import this module and keep their own
+# modules first on the path.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "clients"))
+from ports import free_port, free_ports  # noqa: E402,F401  (perf scripts import them from here)
+
 HERE = Path(__file__).resolve().parent
 RUN_CLASS = HERE / "run-class.sh"
 LIB = HERE / "lib"
@@ -87,28 +93,6 @@ SHIPPED_JVM_OPTS = ("-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:Initiating
 
 def jars_present() -> bool:
     return any(LIB.glob("kafka_2.13-*.jar"))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free ports: every socket stays bound until all are chosen (free_port()
-    called twice may return the same port, and a cluster whose node listens on another
-    node's controller port answers readiness probes from the wrong process)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def random_cluster_id() -> str:
@@ -168,7 +152,7 @@ class ReferenceKafka:
                  base_settings: dict[str, str] | None = None, jvm_opts: str = ""):
         self.workdir = Path(workdir)
         self.port = port or free_port()
-        self.controller_port = controller_port or next(p for p in iter(free_port, None) if p != self.port)
+        self.controller_port = controller_port or free_port()
         self.overrides = dict(overrides or {})
         self.heap = heap
         self.node_id = node_id
